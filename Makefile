@@ -1,0 +1,73 @@
+# labfleet.vllm developer entry points. `make test` is THE test command (.ci/run calls it).
+# Every target installs what it needs: .venv from requirements-dev.txt, a Docker engine
+# (scripts/ensure-docker.sh), the Molecule base images (molecule/images/build.sh).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(CURDIR)/$(VENV)/bin
+export PATH := $(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export MOLECULE_GLOB := molecule/*/molecule.yml
+export ANSIBLE_FORCE_COLOR := 0
+export PY_COLORS := 0
+
+.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity unit molecule build clean
+
+help:
+	@echo "make test       lint + unit + molecule (the whole suite; what CI runs)"
+	@echo "make lint       yamllint, ansible-lint (production), argument_specs check, ansible-test sanity"
+	@echo "make unit       pytest unit tests"
+	@echo "make molecule   every Molecule scenario (starts Docker, builds base images)"
+	@echo "make images     build the Molecule base images (debootstrap + docker import)"
+	@echo "make build      ansible-galaxy collection build"
+
+test:
+	@start=$$(date +%s); rc=0; \
+	$(MAKE) --no-print-directory lint unit molecule || rc=$$?; \
+	echo "make test: total duration $$(( $$(date +%s) - start )) s, exit $$rc"; \
+	exit $$rc
+
+$(VENV)/.installed: requirements-dev.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+docker:
+	scripts/ensure-docker.sh
+
+images: docker
+	molecule/images/build.sh
+
+lint: yamllint ansible-lint argspecs changelog-lint sanity
+
+yamllint: venv
+	yamllint -s .
+
+ansible-lint: venv
+	ansible-lint --offline -c .config/ansible-lint.yml
+
+changelog-lint: venv
+	antsibull-changelog lint
+
+argspecs: venv
+	$(BIN)/python scripts/check_argspecs.py
+
+sanity: venv
+	scripts/sanity.sh
+
+unit: venv
+	$(BIN)/python -m pytest
+
+molecule: venv images
+	scripts/molecule-all.sh $(SCENARIO)
+
+build: venv
+	ansible-galaxy collection build --force
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache labfleet-vllm-*.tar.gz
