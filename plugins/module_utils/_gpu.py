@@ -1,0 +1,1171 @@
+# -*- coding: utf-8 -*-
+# PRIVATE to the labfleet.vllm collection. No compatibility promise; do not import from other
+# collections. The gpu_facts module is its public face.
+#
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Read a host's NVIDIA GPUs: NVML, nvidia-smi, or the PCI bus.
+
+Everything here is a plain function without Ansible imports. Side effects are limited to what is
+passed in: commands run through a ``run_command(argv) -> (rc, stdout, stderr)`` callable, NVML is
+the imported ``pynvml`` module object (or a fake), and files are read under root paths given as
+parameters, so unit tests can feed recorded answers.
+
+Output formats handled (facts.md section 7):
+
+* ``nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits``: one comma-separated line per
+  GPU; unavailable values print as ``[N/A]``, ``[Not Supported]`` and the like.
+* ``nvidia-smi`` (no arguments): the banner ``NVIDIA-SMI x  Driver Version: x  CUDA Version: 12.4``.
+* ``nvidia-smi topo -m``: a matrix with ``GPU<n>`` rows and columns; cells ``X``, ``NV#``, ``PIX``,
+  ``PXB``, ``PHB``, ``NODE``, ``SYS`` (``SOC`` in old drivers, read as ``SYS``); NIC rows and
+  the CPU/NUMA affinity columns are ignored.
+* ``/proc/driver/nvidia/version``: ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14 ...``
+  (or ``... Open Kernel Module for x86_64  550.54.14 ...``).
+* ``libnvidia-ml.so.<version>`` file names in the usual library directories.
+* ``<sysfs>/bus/pci/devices/*/{vendor,device,class}`` for vendor 0x10de, class 0x03xxxx.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+import re
+
+from ansible_collections.labfleet.vllm.plugins.module_utils._pci_ids import (
+    NVIDIA_VENDOR_ID,
+    architecture_for,
+    compute_capability_from_name,
+    lookup_device,
+    normalize_device_id,
+)
+
+# States (machine-readable; documented in the module's RETURN block). Never renamed.
+STATE_OK = "ok"
+STATE_NO_GPU = "no_gpu"
+STATE_DRIVER_NOT_LOADED = "driver_not_loaded"
+STATE_MISMATCH = "driver_library_mismatch"
+STATE_PROBE_ERROR = "probe_error"
+STATES = (STATE_OK, STATE_NO_GPU, STATE_DRIVER_NOT_LOADED, STATE_MISMATCH, STATE_PROBE_ERROR)
+
+BACKENDS = ("auto", "nvml", "nvidia_smi", "pci")
+
+# Defaults for the host paths; read at call time so tests can point them elsewhere.
+DEFAULT_SYSFS_ROOT = "/sys"
+DEFAULT_PROC_VERSION_PATH = "/proc/driver/nvidia/version"
+DEFAULT_LIB_ROOT = "/"
+LIB_DIRS = (
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "usr/lib64",
+    "usr/lib",
+    "lib/x86_64-linux-gnu",
+    "lib64",
+    "usr/local/nvidia/lib64",
+    "usr/local/nvidia/lib",
+)
+
+# Queried in this order. "index" and "name" are required; any other field the installed
+# nvidia-smi rejects ('Field "compute_cap" is not a valid field to query.', R470) is dropped and
+# the query retried. pcie.link.gen.current is deprecated in newer drivers in favour of
+# pcie.link.gen.gpucurrent but still answers, and unlike the new name it exists on old drivers.
+QUERY_FIELDS = (
+    "index",
+    "name",
+    "uuid",
+    "pci.bus_id",
+    "pci.device_id",
+    "driver_version",
+    "compute_cap",
+    "memory.total",
+    "memory.free",
+    "persistence_mode",
+    "ecc.mode.current",
+    "pcie.link.gen.current",
+    "pcie.link.width.current",
+)
+REQUIRED_QUERY_FIELDS = ("index", "name")
+QUERY_FORMAT = "--format=csv,noheader,nounits"
+
+# NVML return codes (nvml.h; same numbers as pynvml's NVML_ERROR_*). Literal ints on purpose: the
+# tests pass a fake pynvml module, and some constants in nvidia-ml-py are broken (see
+# NVML_P2P_CAPS_INDEX_READ below).
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_FEATURE_ENABLED = 1
+NVML_NVLINK_MAX_LINKS = 18  # NV18 is the most any GPU reports; the API allows up to 36.
+# nvidia-ml-py 13.615.71 defines NVML_P2P_CAPS_INDEX_READ = 0, (a tuple); use plain ints.
+NVML_P2P_CAPS_INDEX_NVLINK = 2
+NVML_P2P_STATUS_OK = 0
+NVML_TOPOLOGY_LINKS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+# nvidia-smi exit codes match the NVML return codes for these cases.
+SMI_RC_NO_DEVICES = 6
+SMI_RC_DRIVER_NOT_LOADED = 9
+SMI_RC_MISMATCH = 18
+
+_NA_VALUES = ("", "n/a", "na", "none", "not supported", "unknown error", "unknown")
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_INVALID_FIELD_RE = re.compile(r'Field "([^"]+)" is not a valid field to query', re.I)
+_VERSION_RE = re.compile(r"\b(\d+\.\d+(?:\.\d+)*)\b")
+_BUS_ID_RE = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
+_CC_RE = re.compile(r"^(\d+)\.(\d+)$")
+_TOPO_CELL_RE = re.compile(r"^(X|SYS|SOC|NODE|PHB|PXB|PIX|NV\d+|[A-Z][A-Z0-9]{1,5})$")
+_LIB_NAME_RE = re.compile(r"^libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
+_PCIE_SPEED_GEN = ((2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6))
+
+
+class ParseError(ValueError):
+    """Output that does not have the expected shape."""
+
+
+class ProbeFailure(Exception):
+    """A backend answered, and the answer is a host state other than ok.
+
+    ``unavailable`` marks the backend itself as missing (e.g. libnvidia-ml.so not found), so
+    backend=auto goes on to the next one.
+    """
+
+    def __init__(self, state, detail, unavailable=False):
+        super(ProbeFailure, self).__init__(detail)
+        self.state = state
+        self.detail = detail
+        self.unavailable = unavailable
+        self.library_version = None  # from "NVML library version: x" in a mismatch message
+
+
+class BackendUnavailable(Exception):
+    """The user forced a backend that this host cannot use (the module turns it into fail_json)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Small value helpers
+# --------------------------------------------------------------------------------------------
+
+def _text(value):
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return str(value)
+
+
+def clean_value(value):
+    """Strip a raw value; return None for the 'no data' spellings ([N/A], [Not Supported], ...)."""
+    value = _text(value)
+    if value is None:
+        return None
+    value = value.strip()
+    inner = value
+    if inner.startswith("[") and inner.endswith("]"):
+        # Every bracketed nvidia-smi value means "no value": [N/A], [Not Supported],
+        # [Unknown Error], [Insufficient Permissions], [GPU requires reset], ...
+        return None
+    if inner.lower() in _NA_VALUES:
+        return None
+    return value
+
+
+def to_int(value, what="value"):
+    value = clean_value(value)
+    if value is None:
+        return None
+    text = value
+    for unit in (" MiB", "MiB", " %", "%"):
+        if text.endswith(unit):
+            text = text[: -len(unit)].strip()
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            number = float(text)
+        except ValueError:
+            raise ParseError("%s is not a number: %r" % (what, value))
+        return int(number)
+
+
+def to_enabled(value):
+    """'Enabled' -> True, 'Disabled' -> False, anything else -> None."""
+    value = clean_value(value)
+    if value is None:
+        return None
+    lowered = value.lower()
+    if lowered.startswith("enabled"):
+        return True
+    if lowered.startswith("disabled"):
+        return False
+    return None
+
+
+def normalize_bus_id(value):
+    """'00000000:3B:00.0' (NVML / nvidia-smi) or '0000:3b:00.0' (sysfs) -> '0000:3b:00.0'."""
+    value = clean_value(value)
+    if value is None:
+        return None
+    match = _BUS_ID_RE.match(value)
+    if not match:
+        raise ParseError("not a PCI bus id: %r" % value)
+    domain, bus, device, function = match.groups()
+    return "%04x:%02x:%02x.%s" % (int(domain, 16), int(bus, 16), int(device, 16), function)
+
+
+def normalize_cc(value):
+    value = clean_value(value)
+    if value is None:
+        return None
+    match = _CC_RE.match(value)
+    if not match:
+        raise ParseError("not a compute capability: %r" % value)
+    return "%d.%d" % (int(match.group(1)), int(match.group(2)))
+
+
+def cuda_version_from_int(value):
+    """NVML's 12040 -> '12.4' (major = v // 1000, minor = (v % 1000) // 10)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    if number <= 0:
+        return None
+    return "%d.%d" % (number // 1000, (number % 1000) // 10)
+
+
+def _version_key(version):
+    return tuple(int(part) for part in version.split("."))
+
+
+def _summary(text, limit=300):
+    """Non-empty lines joined with ' / ', for messages."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    joined = " / ".join(lines)
+    if len(joined) > limit:
+        joined = joined[: limit - 3] + "..."
+    return joined
+
+
+def new_gpu(source, index=None):
+    """A GPU record with every documented key present."""
+    return {
+        "index": index,
+        "name": None,
+        "uuid": None,
+        "pci_bus_id": None,
+        "pci_device_id": None,
+        "compute_capability": None,
+        "architecture": None,
+        "memory_total_mib": None,
+        "memory_free_mib": None,
+        "persistence_mode": None,
+        "ecc_mode": None,
+        "pcie_link_gen": None,
+        "pcie_link_width": None,
+        "kernel_driver": None,
+        "source": source,
+    }
+
+
+def complete_gpu(gpu):
+    """Fill compute capability / architecture from the PCI table or the name when missing."""
+    entry = lookup_device(gpu.get("pci_device_id"))
+    if gpu.get("compute_capability") is None:
+        if entry is not None:
+            gpu["compute_capability"] = entry["compute_capability"]
+        else:
+            gpu["compute_capability"] = compute_capability_from_name(gpu.get("name"))
+    if gpu.get("architecture") is None:
+        gpu["architecture"] = architecture_for(gpu.get("compute_capability"))
+        if gpu["architecture"] is None and entry is not None:
+            gpu["architecture"] = entry["architecture"]
+    return gpu
+
+
+# --------------------------------------------------------------------------------------------
+# nvidia-smi parsers
+# --------------------------------------------------------------------------------------------
+
+def parse_query_gpu(text, fields):
+    """Parse ``--query-gpu=<fields> --format=csv,noheader,nounits`` output.
+
+    Returns ``(gpus, driver_version)``; raises ParseError when a line does not have one value per
+    field or a value has the wrong type.
+    """
+    fields = list(fields)
+    gpus = []
+    driver_versions = []
+    text = _ANSI_RE.sub("", _text(text) or "")
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        values = [part.strip() for part in line.split(",")]
+        if len(values) != len(fields):
+            raise ParseError(
+                "expected %d comma-separated values, got %d in %r" % (len(fields), len(values), line.strip())
+            )
+        raw = dict(zip(fields, values))
+        gpu = new_gpu("nvidia_smi")
+        gpu["index"] = to_int(raw.get("index"), "index")
+        if gpu["index"] is None:
+            raise ParseError("GPU line without an index: %r" % line.strip())
+        gpu["name"] = clean_value(raw.get("name"))
+        gpu["uuid"] = clean_value(raw.get("uuid"))
+        gpu["pci_bus_id"] = normalize_bus_id(raw.get("pci.bus_id"))
+        if "pci.device_id" in raw:
+            device_raw = clean_value(raw.get("pci.device_id"))
+            gpu["pci_device_id"] = None
+            if device_raw is not None:
+                device_id = normalize_device_id(device_raw)
+                if device_id is None:
+                    raise ParseError("not a PCI device id: %r" % device_raw)
+                gpu["pci_device_id"] = "0x" + device_id
+        gpu["compute_capability"] = normalize_cc(raw.get("compute_cap"))
+        gpu["memory_total_mib"] = to_int(raw.get("memory.total"), "memory.total")
+        gpu["memory_free_mib"] = to_int(raw.get("memory.free"), "memory.free")
+        gpu["persistence_mode"] = to_enabled(raw.get("persistence_mode"))
+        ecc = raw.get("ecc.mode.current")
+        gpu["ecc_mode"] = clean_value(ecc)
+        gpu["pcie_link_gen"] = to_int(raw.get("pcie.link.gen.current"), "pcie.link.gen.current")
+        gpu["pcie_link_width"] = to_int(raw.get("pcie.link.width.current"), "pcie.link.width.current")
+        driver = clean_value(raw.get("driver_version"))
+        if driver is not None:
+            if not _VERSION_RE.match(driver):
+                raise ParseError("not a driver version: %r" % driver)
+            driver_versions.append(driver)
+        gpus.append(complete_gpu(gpu))
+    indices = [gpu["index"] for gpu in gpus]
+    if len(set(indices)) != len(indices):
+        raise ParseError("duplicate GPU indices: %r" % indices)
+    return gpus, (driver_versions[0] if driver_versions else None)
+
+
+def parse_smi_header(text):
+    """Versions from the banner of plain ``nvidia-smi``.
+
+    Returns a dict with ``smi_version``, ``driver_version`` and ``cuda_driver_version`` (each None
+    when absent; ``CUDA Version: N/A`` gives None).
+    """
+    text = _ANSI_RE.sub("", _text(text) or "")
+    result = {"smi_version": None, "driver_version": None, "cuda_driver_version": None}
+    for key, pattern in (
+        ("smi_version", r"NVIDIA-SMI\s+(\d+\.\d+(?:\.\d+)*)"),
+        ("driver_version", r"Driver Version:\s*(\d+\.\d+(?:\.\d+)*)"),
+        ("cuda_driver_version", r"CUDA Version:\s*(\d+\.\d+)"),
+    ):
+        match = re.search(pattern, text)
+        if match:
+            result[key] = match.group(1)
+    return result
+
+
+def _topology_from_matrix(matrix):
+    """Add ``pairs`` and ``nvlink`` to a {"0": {"1": "PHB"}} matrix."""
+    keys = sorted(matrix, key=int)
+    pairs = []
+    for pos, a in enumerate(keys):
+        for b in keys[pos + 1:]:
+            link = matrix[a].get(b)
+            if link is None:
+                link = matrix[b].get(a)
+            pairs.append({"a": int(a), "b": int(b), "link": link})
+    nvlink = any(pair["link"] is not None and pair["link"].startswith("NV") for pair in pairs)
+    return {"matrix": matrix, "pairs": pairs}, nvlink
+
+
+def empty_topology(indices=()):
+    topology, _nvlink = _topology_from_matrix(dict((str(index), {}) for index in indices))
+    return topology
+
+
+def parse_topology(text):
+    """Parse ``nvidia-smi topo -m``.
+
+    Returns ``(topology, nvlink)`` where topology is
+    ``{"matrix": {"0": {"1": "PHB"}}, "pairs": [{"a": 0, "b": 1, "link": "PHB"}]}``.
+    Raises ParseError when there is no GPU matrix or a cell does not look like a link code.
+    """
+    text = _ANSI_RE.sub("", _text(text) or "")
+    lines = text.splitlines()
+    header = None
+    start = 0
+    for pos, line in enumerate(lines):
+        tokens = line.split()
+        if any(re.match(r"^GPU\d+$", token) for token in tokens):
+            header = tokens  # the first line naming a GPU is the column header
+            start = pos + 1
+            break
+    if header is None:
+        raise ParseError("no GPU column header in the topology output")
+    columns = []
+    for token in header:
+        if token in ("CPU", "NUMA", "GPU", "Affinity", "ID"):
+            break
+        columns.append(token)
+    gpu_columns = dict((pos, int(name[3:])) for pos, name in enumerate(columns) if re.match(r"^GPU\d+$", name))
+    matrix = {}
+    for line in lines[start:]:
+        tokens = line.split()
+        if not tokens:
+            continue
+        if tokens[0].rstrip(":") == "Legend":
+            break
+        row = re.match(r"^GPU(\d+)$", tokens[0])
+        if not row:
+            continue  # NIC rows (NIC0, mlx5_0, ...) are not GPU pairs
+        values = tokens[1:1 + len(columns)]
+        if len(values) < len(columns):
+            raise ParseError("topology row %r has %d cells, expected %d" % (tokens[0], len(values), len(columns)))
+        a = int(row.group(1))
+        cells = {}
+        for pos, value in enumerate(values):
+            if pos not in gpu_columns:
+                continue
+            if not _TOPO_CELL_RE.match(value):
+                raise ParseError("unexpected topology cell %r in row %r" % (value, tokens[0]))
+            b = gpu_columns[pos]
+            if b == a:
+                continue
+            if value == "X":
+                raise ParseError("GPU%d is marked as itself in column GPU%d" % (a, b))
+            cells[str(b)] = "SYS" if value == "SOC" else value
+        matrix[str(a)] = cells
+    if not matrix:
+        raise ParseError("no GPU rows in the topology output")
+    return _topology_from_matrix(matrix)
+
+
+def classify_smi_failure(rc, text):
+    """Map a failed nvidia-smi call (exit code + combined output) to a host state."""
+    lowered = (text or "").lower()
+    if "version mismatch" in lowered:
+        return STATE_MISMATCH
+    if "couldn't communicate with the nvidia driver" in lowered or "driver is not loaded" in lowered:
+        return STATE_DRIVER_NOT_LOADED
+    if "couldn't find libnvidia-ml.so" in lowered or "nvml shared library not found" in lowered:
+        return STATE_DRIVER_NOT_LOADED
+    if "no devices were found" in lowered:
+        return STATE_NO_GPU
+    if not lowered.strip():
+        if rc == SMI_RC_MISMATCH:
+            return STATE_MISMATCH
+        if rc == SMI_RC_DRIVER_NOT_LOADED:
+            return STATE_DRIVER_NOT_LOADED
+        if rc == SMI_RC_NO_DEVICES:
+            return STATE_NO_GPU
+    return STATE_PROBE_ERROR
+
+
+def parse_nvml_library_line(text):
+    """'NVML library version: 550.90' (printed by newer nvidia-smi on a mismatch) -> '550.90'."""
+    match = re.search(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)*)", _text(text) or "")
+    return match.group(1) if match else None
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel module and user-space library versions
+# --------------------------------------------------------------------------------------------
+
+def parse_proc_version(text):
+    """Parse /proc/driver/nvidia/version. Returns ``(version, module_type)`` or ``(None, None)``.
+
+    module_type is ``open`` for the open GPU kernel modules, else ``proprietary``.
+    """
+    for line in (_text(text) or "").splitlines():
+        if not line.startswith("NVRM version:"):
+            continue
+        tail = line.split("Kernel Module", 1)[-1]
+        match = _VERSION_RE.search(tail)
+        if not match:
+            return None, None
+        module_type = "open" if "open kernel module" in line.lower() else "proprietary"
+        return match.group(1), module_type
+    return None, None
+
+
+def read_proc_version(path):
+    try:
+        with open(path, "rb") as handle:
+            return parse_proc_version(handle.read().decode("utf-8", "replace"))
+    except (IOError, OSError):
+        return None, None
+
+
+def library_versions_from_names(names):
+    """Versions (sorted, highest last) from file names like ``libnvidia-ml.so.550.54.14``."""
+    found = set()
+    for name in names:
+        match = _LIB_NAME_RE.match(os.path.basename(name))
+        if match:
+            found.add(match.group(1))
+    return sorted(found, key=_version_key)
+
+
+def read_library_version(root=None, lib_dirs=LIB_DIRS):
+    """Version of the user-space NVML library on disk, or None.
+
+    Prefers the file ``libnvidia-ml.so.1`` points to (what the loader uses); otherwise the highest
+    ``libnvidia-ml.so.<version>`` found.
+    """
+    root = DEFAULT_LIB_ROOT if root is None else root
+    candidates = []
+    for lib_dir in lib_dirs:
+        path = os.path.join(root, lib_dir)
+        try:
+            names = os.listdir(path)
+        except (IOError, OSError):
+            continue
+        if "libnvidia-ml.so.1" in names:
+            target = os.path.realpath(os.path.join(path, "libnvidia-ml.so.1"))
+            versions = library_versions_from_names([target])
+            if versions:
+                return versions[-1]
+        candidates.extend(library_versions_from_names(names))
+    if candidates:
+        return sorted(set(candidates), key=_version_key)[-1]
+    return None
+
+
+def nvml_library_version(nvml_version):
+    """nvmlSystemGetNVMLVersion() '12.550.54.14' -> '550.54.14' (the driver part)."""
+    value = clean_value(nvml_version)
+    if value is None:
+        return None
+    parts = value.split(".")
+    if len(parts) >= 3:
+        return ".".join(parts[1:])
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# PCI (sysfs)
+# --------------------------------------------------------------------------------------------
+
+def _read_sysfs(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode("ascii", "replace").strip()
+    except (IOError, OSError):
+        return None
+
+
+def _pcie_gen(speed):
+    """sysfs current_link_speed '8.0 GT/s PCIe' -> 3."""
+    if not speed:
+        return None
+    match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*GT/s", speed)
+    if not match:
+        return None
+    value = float(match.group(1))
+    for rate, gen in _PCIE_SPEED_GEN:
+        if abs(value - rate) < 0.01:
+            return gen
+    return None
+
+
+def read_pci(sysfs_root=None):
+    """NVIDIA display-class devices from ``<sysfs_root>/bus/pci/devices``.
+
+    Returns ``(readable, gpus)``: readable is False when the directory does not exist.
+    GPUs are numbered in PCI bus order (the order nvidia-smi uses by default).
+    """
+    sysfs_root = DEFAULT_SYSFS_ROOT if sysfs_root is None else sysfs_root
+    base = os.path.join(sysfs_root, "bus", "pci", "devices")
+    try:
+        entries = sorted(os.listdir(base))
+    except (IOError, OSError):
+        return False, []
+    gpus = []
+    for entry in entries:
+        path = os.path.join(base, entry)
+        vendor = _read_sysfs(os.path.join(path, "vendor"))
+        pci_class = _read_sysfs(os.path.join(path, "class"))
+        if normalize_device_id(vendor) != NVIDIA_VENDOR_ID or not pci_class:
+            continue
+        if not pci_class.lower().replace("0x", "").startswith("03"):
+            continue  # audio (0x0403), USB-C (0x0c03), NVSwitch bridges (0x0680) are not GPUs
+        gpu = new_gpu("pci", index=len(gpus))
+        device_id = normalize_device_id(_read_sysfs(os.path.join(path, "device")))
+        gpu["pci_device_id"] = None if device_id is None else "0x" + device_id
+        try:
+            gpu["pci_bus_id"] = normalize_bus_id(entry)
+        except ParseError:
+            gpu["pci_bus_id"] = entry
+        entry_data = lookup_device(device_id)
+        if entry_data is not None:
+            gpu["name"] = entry_data["model"]
+            gpu["compute_capability"] = entry_data["compute_capability"]
+            gpu["architecture"] = entry_data["architecture"]
+            gpu["memory_total_mib"] = entry_data["memory_mib"]
+        else:
+            gpu["name"] = "NVIDIA device 0x%s" % (device_id or "????")
+        gpu["pcie_link_gen"] = _pcie_gen(_read_sysfs(os.path.join(path, "current_link_speed")))
+        try:
+            gpu["pcie_link_width"] = to_int(_read_sysfs(os.path.join(path, "current_link_width")))
+        except ParseError:
+            gpu["pcie_link_width"] = None
+        gpu["kernel_driver"] = _kernel_driver(path)
+        gpus.append(gpu)
+    return True, gpus
+
+
+def _kernel_driver(device_path):
+    link = os.path.join(device_path, "driver")
+    if os.path.islink(link):
+        return os.path.basename(os.readlink(link))
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# nvidia-smi backend
+# --------------------------------------------------------------------------------------------
+
+def read_nvidia_smi(run_command, nvidia_smi, notes=None):
+    """Ask nvidia-smi. Returns a dict with driver_version, cuda_driver_version, gpus, topology,
+    nvlink. Raises ProbeFailure for every answer that is not a working list of GPUs.
+
+    ``notes`` (a list) collects non-fatal remarks (dropped fields, topology not read).
+    """
+    notes = [] if notes is None else notes
+    fields = list(QUERY_FIELDS)
+    while True:
+        argv = [nvidia_smi, "--query-gpu=" + ",".join(fields), QUERY_FORMAT]
+        rc, out, err = run_command(argv)
+        out, err = _text(out) or "", _text(err) or ""
+        combined = out + "\n" + err
+        if rc == 0:
+            break
+        invalid = _INVALID_FIELD_RE.search(combined)
+        if invalid and invalid.group(1) in fields and invalid.group(1) not in REQUIRED_QUERY_FIELDS:
+            fields.remove(invalid.group(1))
+            notes.append("nvidia-smi does not know the query field %r; asked without it" % invalid.group(1))
+            continue
+        state = classify_smi_failure(rc, combined)
+        failure = ProbeFailure(state, "nvidia-smi exited %d: %s" % (rc, _summary(combined) or "no output"))
+        failure.library_version = parse_nvml_library_line(combined)
+        raise failure
+    if "no devices were found" in (out + err).lower():
+        raise ProbeFailure(STATE_NO_GPU, "nvidia-smi: No devices were found")
+    try:
+        gpus, driver_version = parse_query_gpu(out, fields)
+    except ParseError as exc:
+        raise ProbeFailure(STATE_PROBE_ERROR, "could not parse nvidia-smi --query-gpu output (%s)" % exc)
+    if not gpus:
+        raise ProbeFailure(STATE_NO_GPU, "nvidia-smi listed no GPU")
+
+    result = {
+        "driver_version": driver_version,
+        "cuda_driver_version": None,
+        "library_version": None,
+        "gpus": sorted(gpus, key=lambda gpu: gpu["index"]),
+    }
+    rc, out, err = run_command([nvidia_smi])
+    header = parse_smi_header(_text(out) or "")
+    if rc != 0 or header["cuda_driver_version"] is None:
+        notes.append("nvidia-smi did not print a CUDA version (exit %d)" % rc)
+    result["cuda_driver_version"] = header["cuda_driver_version"]
+    if result["driver_version"] is None:
+        result["driver_version"] = header["driver_version"]
+
+    indices = [gpu["index"] for gpu in result["gpus"]]
+    result["topology"], result["nvlink"] = empty_topology(indices), False
+    if len(indices) > 1:
+        rc, out, err = run_command([nvidia_smi, "topo", "-m"])
+        if rc != 0:
+            notes.append("nvidia-smi topo -m exited %d: %s" % (rc, _summary((_text(out) or "") + (_text(err) or ""))))
+        else:
+            try:
+                topology, nvlink = parse_topology(out)
+            except ParseError as exc:
+                notes.append("could not parse nvidia-smi topo -m (%s)" % exc)
+            else:
+                result["topology"], result["nvlink"] = _restrict_topology(topology, indices), nvlink
+                result["nvlink"] = any(
+                    pair["link"] is not None and pair["link"].startswith("NV")
+                    for pair in result["topology"]["pairs"]
+                )
+    return result
+
+
+def _restrict_topology(topology, indices):
+    """Keep only the GPUs the query listed (topo -m may show GPUs hidden by CUDA_VISIBLE...)."""
+    keys = set(str(index) for index in indices)
+    matrix = {}
+    for a in keys:
+        row = topology["matrix"].get(a, {})
+        matrix[a] = dict((b, link) for b, link in row.items() if b in keys)
+    restricted, _nvlink = _topology_from_matrix(matrix)
+    return restricted
+
+
+# --------------------------------------------------------------------------------------------
+# NVML backend
+# --------------------------------------------------------------------------------------------
+
+def import_pynvml():
+    """Import nvidia-ml-py's ``pynvml``; None when it is not installed."""
+    try:
+        import pynvml  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return None
+    return pynvml
+
+
+def _nvml_code(exc):
+    value = getattr(exc, "value", None)
+    if isinstance(value, int):
+        return value
+    return None
+
+
+def _nvml_text(nvml, exc):
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    code = _nvml_code(exc)
+    if code is not None:
+        return "%s (NVML error %d)" % (text or "NVML error", code)
+    return text or exc.__class__.__name__
+
+
+def nvml_failure(nvml, exc, where):
+    """ProbeFailure for an NVML error raised by ``where`` (nvmlInit, nvmlDeviceGetCount, ...)."""
+    code = _nvml_code(exc)
+    detail = "NVML %s failed: %s" % (where, _nvml_text(nvml, exc))
+    if code == NVML_ERROR_LIBRARY_NOT_FOUND:
+        return ProbeFailure(STATE_DRIVER_NOT_LOADED, detail, unavailable=True)
+    if code == NVML_ERROR_DRIVER_NOT_LOADED:
+        return ProbeFailure(STATE_DRIVER_NOT_LOADED, detail)
+    if code == NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+        return ProbeFailure(STATE_MISMATCH, detail)
+    if code == NVML_ERROR_NOT_FOUND:
+        return ProbeFailure(STATE_NO_GPU, detail)
+    return ProbeFailure(STATE_PROBE_ERROR, detail)
+
+
+def read_nvml(nvml, notes=None):
+    """Ask NVML through the given ``pynvml`` module object (real or fake).
+
+    Returns the same shape as read_nvidia_smi; raises ProbeFailure otherwise.
+    """
+    notes = [] if notes is None else notes
+    error_class = getattr(nvml, "NVMLError", Exception)
+    try:
+        nvml.nvmlInit()
+    except error_class as exc:
+        raise nvml_failure(nvml, exc, "nvmlInit")
+    try:
+        return _read_nvml_initialised(nvml, error_class, notes)
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _optional(nvml, error_class, func, *args):
+    """Call an NVML getter; None when the GPU does not support it (or any other NVML error)."""
+    if func is None:
+        return None
+    try:
+        return func(*args)
+    except error_class:
+        return None
+
+
+def _read_nvml_initialised(nvml, error_class, notes):
+    result = {
+        "driver_version": clean_value(_optional(nvml, error_class, getattr(nvml, "nvmlSystemGetDriverVersion", None))),
+        "cuda_driver_version": None,
+        "library_version": nvml_library_version(
+            _optional(nvml, error_class, getattr(nvml, "nvmlSystemGetNVMLVersion", None))
+        ),
+    }
+    cuda_getter = getattr(nvml, "nvmlSystemGetCudaDriverVersion_v2", None) or getattr(
+        nvml, "nvmlSystemGetCudaDriverVersion", None
+    )
+    result["cuda_driver_version"] = cuda_version_from_int(_optional(nvml, error_class, cuda_getter))
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+    except error_class as exc:
+        raise nvml_failure(nvml, exc, "nvmlDeviceGetCount")
+    if count == 0:
+        raise ProbeFailure(STATE_NO_GPU, "NVML reports 0 GPUs")
+    handles = []
+    gpus = []
+    for index in range(count):
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        except error_class as exc:
+            raise nvml_failure(nvml, exc, "nvmlDeviceGetHandleByIndex(%d)" % index)
+        handles.append(handle)
+        gpus.append(_nvml_gpu(nvml, error_class, handle, index))
+    result["gpus"] = gpus
+    result["topology"], result["nvlink"] = _nvml_topology(nvml, error_class, handles, gpus, notes)
+    return result
+
+
+def _nvml_gpu(nvml, error_class, handle, index):
+    gpu = new_gpu("nvml", index=index)
+    gpu["name"] = clean_value(_optional(nvml, error_class, nvml.nvmlDeviceGetName, handle))
+    gpu["uuid"] = clean_value(_optional(nvml, error_class, nvml.nvmlDeviceGetUUID, handle))
+    pci = _optional(nvml, error_class, nvml.nvmlDeviceGetPciInfo, handle)
+    if pci is not None:
+        try:
+            gpu["pci_bus_id"] = normalize_bus_id(getattr(pci, "busId", None))
+        except ParseError:
+            gpu["pci_bus_id"] = None
+        device_id = normalize_device_id(getattr(pci, "pciDeviceId", None))
+        gpu["pci_device_id"] = None if device_id is None else "0x" + device_id
+    cc = _optional(nvml, error_class, getattr(nvml, "nvmlDeviceGetCudaComputeCapability", None), handle)
+    if cc is not None:
+        gpu["compute_capability"] = "%d.%d" % (int(cc[0]), int(cc[1]))
+    memory = _optional(nvml, error_class, nvml.nvmlDeviceGetMemoryInfo, handle)
+    if memory is not None:
+        gpu["memory_total_mib"] = int(memory.total) // (1024 * 1024)
+        gpu["memory_free_mib"] = int(memory.free) // (1024 * 1024)
+    persistence = _optional(nvml, error_class, getattr(nvml, "nvmlDeviceGetPersistenceMode", None), handle)
+    if persistence is not None:
+        gpu["persistence_mode"] = int(persistence) == NVML_FEATURE_ENABLED
+    ecc = _optional(nvml, error_class, getattr(nvml, "nvmlDeviceGetEccMode", None), handle)
+    if ecc is not None:
+        gpu["ecc_mode"] = "Enabled" if int(ecc[0]) == NVML_FEATURE_ENABLED else "Disabled"
+    gen = _optional(nvml, error_class, getattr(nvml, "nvmlDeviceGetCurrPcieLinkGeneration", None), handle)
+    gpu["pcie_link_gen"] = None if gen is None else int(gen)
+    width = _optional(nvml, error_class, getattr(nvml, "nvmlDeviceGetCurrPcieLinkWidth", None), handle)
+    gpu["pcie_link_width"] = None if width is None else int(width)
+    return complete_gpu(gpu)
+
+
+def _nvml_links(nvml, error_class, handle):
+    """Active NVLinks of one GPU: {remote_bus_id: count}, total active."""
+    get_state = getattr(nvml, "nvmlDeviceGetNvLinkState", None)
+    get_remote = getattr(nvml, "nvmlDeviceGetNvLinkRemotePciInfo", None)
+    remotes = {}
+    total = 0
+    if get_state is None:
+        return remotes, total
+    for link in range(NVML_NVLINK_MAX_LINKS):
+        try:
+            state = get_state(handle, link)
+        except error_class:
+            break  # NOT_SUPPORTED (no NVLink) or INVALID_ARGUMENT (past the last link)
+        if int(state) != NVML_FEATURE_ENABLED:
+            continue
+        total += 1
+        remote = _optional(nvml, error_class, get_remote, handle, link)
+        try:
+            bus_id = normalize_bus_id(getattr(remote, "busId", None)) if remote is not None else None
+        except ParseError:
+            bus_id = None
+        if bus_id is not None:
+            remotes[bus_id] = remotes.get(bus_id, 0) + 1
+    return remotes, total
+
+
+def _nvml_topology(nvml, error_class, handles, gpus, notes):
+    matrix = dict((str(gpu["index"]), {}) for gpu in gpus)
+    if len(handles) < 2:
+        return _topology_from_matrix(matrix)
+    links = [_nvml_links(nvml, error_class, handle) for handle in handles]
+    p2p = getattr(nvml, "nvmlDeviceGetP2PStatus", None)
+    ancestor = getattr(nvml, "nvmlDeviceGetTopologyCommonAncestor", None)
+    unknown = 0
+    for i in range(len(handles)):
+        for j in range(i + 1, len(handles)):
+            link = None
+            direct = links[i][0].get(gpus[j]["pci_bus_id"], 0) if gpus[j]["pci_bus_id"] else 0
+            if direct:
+                link = "NV%d" % direct
+            else:
+                status = _optional(nvml, error_class, p2p, handles[i], handles[j], NVML_P2P_CAPS_INDEX_NVLINK)
+                if status is not None and int(status) == NVML_P2P_STATUS_OK and links[i][1] and links[j][1]:
+                    # Through NVSwitch: no direct link, but NVLink peer access works.
+                    link = "NV%d" % min(links[i][1], links[j][1])
+            if link is None:
+                level = _optional(nvml, error_class, ancestor, handles[i], handles[j])
+                link = NVML_TOPOLOGY_LINKS.get(int(level)) if level is not None else None
+            if link is None:
+                unknown += 1
+            a, b = str(gpus[i]["index"]), str(gpus[j]["index"])
+            matrix[a][b] = link
+            matrix[b][a] = link
+    if unknown:
+        notes.append("NVML could not tell the link type of %d GPU pair(s)" % unknown)
+    return _topology_from_matrix(matrix)
+
+
+# --------------------------------------------------------------------------------------------
+# The probe
+# --------------------------------------------------------------------------------------------
+
+def base_facts():
+    """The fact dict with every documented key, for a host where nothing was found."""
+    return {
+        "present": False,
+        "state": STATE_NO_GPU,
+        "msg": "",
+        "backend": "none",
+        "driver_version": None,
+        "cuda_driver_version": None,
+        "kernel_module_version": None,
+        "kernel_module_type": None,
+        "library_version": None,
+        "driver_library_mismatch": False,
+        "count": 0,
+        "gpus": [],
+        "topology": empty_topology(),
+        "nvlink": False,
+        "probes": [],
+    }
+
+
+def error_facts(detail):
+    """Facts for an unexpected internal error (the module's last line of defence)."""
+    facts = base_facts()
+    facts["state"] = STATE_PROBE_ERROR
+    facts["msg"] = "The GPU probe failed unexpectedly (%s); run 'nvidia-smi' on the host and report this." % detail
+    return facts
+
+
+def _describe_gpus(gpus):
+    counts = []
+    for gpu in gpus:
+        label = gpu.get("name") or "unknown GPU"
+        for item in counts:
+            if item[0] == label:
+                item[1] += 1
+                break
+        else:
+            counts.append([label, 1])
+    text = ", ".join("%dx %s" % (count, label) for label, count in counts)
+    ccs = sorted(set(gpu["compute_capability"] for gpu in gpus if gpu.get("compute_capability")), key=_version_key)
+    if ccs:
+        text += ", compute capability " + "/".join(ccs)
+    return text
+
+
+def _merge_pci(gpus, pci_gpus):
+    """Add the sysfs kernel driver (nvidia, nouveau, vfio-pci, ...) to driver-reported GPUs."""
+    by_bus = dict((gpu["pci_bus_id"], gpu) for gpu in pci_gpus if gpu.get("pci_bus_id"))
+    for gpu in gpus:
+        found = by_bus.get(gpu.get("pci_bus_id"))
+        if found is not None and gpu.get("kernel_driver") is None:
+            gpu["kernel_driver"] = found.get("kernel_driver")
+        if found is not None and gpu.get("pci_device_id") is None:
+            gpu["pci_device_id"] = found.get("pci_device_id")
+            complete_gpu(gpu)
+    return gpus
+
+
+def _ask_backend(name, backend, nvml_loader, run_command, nvidia_smi, notes):
+    """Run one backend. Returns its answer; raises ProbeFailure (unavailable=True when the backend
+    is missing) or BackendUnavailable when the user forced a backend this host does not have."""
+    if name == "nvml":
+        nvml = nvml_loader()
+        if nvml is None:
+            if backend == "nvml":
+                raise BackendUnavailable(
+                    "backend=nvml needs the Python package nvidia-ml-py (module pynvml) on the host; "
+                    "install it for the Python that runs Ansible modules, or use backend=auto"
+                )
+            raise ProbeFailure(STATE_NO_GPU, "the Python module pynvml (package nvidia-ml-py) is not installed",
+                               unavailable=True)
+        reader, args = read_nvml, (nvml, notes)
+    else:
+        if not nvidia_smi or run_command is None:
+            if backend == "nvidia_smi":
+                raise BackendUnavailable(
+                    "backend=nvidia_smi but nvidia-smi was not found; install the NVIDIA driver utilities "
+                    "or give the path of the binary with the nvidia_smi option"
+                )
+            raise ProbeFailure(STATE_NO_GPU, "nvidia-smi was not found", unavailable=True)
+        reader, args = read_nvidia_smi, (run_command, nvidia_smi, notes)
+    try:
+        return reader(*args)
+    except ProbeFailure:
+        raise
+    except Exception as exc:  # a parser bug or an odd binding must not become a traceback
+        raise ProbeFailure(STATE_PROBE_ERROR, "%s failed unexpectedly: %s: %s"
+                           % (name, exc.__class__.__name__, exc))
+
+
+def probe(backend="auto", run_command=None, nvidia_smi=None, nvml_loader=None, sysfs_root=None,
+          proc_version_path=None, lib_root=None, lib_dirs=LIB_DIRS):
+    """Probe the host and return the ``ansible_facts.nvidia`` dict.
+
+    backend: auto | nvml | nvidia_smi | pci. auto tries NVML (if pynvml imports and libnvidia-ml
+    loads), then nvidia-smi (if ``nvidia_smi`` is a path), then PCI.
+    Raises BackendUnavailable only when a forced backend cannot be used at all.
+    """
+    if backend not in BACKENDS:
+        raise BackendUnavailable("backend must be one of %s, got %r" % (", ".join(BACKENDS), backend))
+    nvml_loader = import_pynvml if nvml_loader is None else nvml_loader
+    proc_version_path = DEFAULT_PROC_VERSION_PATH if proc_version_path is None else proc_version_path
+
+    facts = base_facts()
+    probes = facts["probes"]
+    facts["kernel_module_version"], facts["kernel_module_type"] = read_proc_version(proc_version_path)
+    facts["library_version"] = read_library_version(lib_root, lib_dirs)
+    pci_readable, pci_gpus = read_pci(sysfs_root)
+
+    order = {"auto": ("nvml", "nvidia_smi"), "nvml": ("nvml",), "nvidia_smi": ("nvidia_smi",), "pci": ()}[backend]
+    answer = None
+    answered_by = None
+    failure = None
+    failed_by = None
+    soft_failure = None
+    for name in order:
+        notes = []
+        try:
+            answer = _ask_backend(name, backend, nvml_loader, run_command, nvidia_smi, notes)
+        except ProbeFailure as exc:
+            detail = exc.detail + ((" (" + "; ".join(notes) + ")") if notes else "")
+            probes.append({"backend": name, "outcome": "unavailable" if exc.unavailable else exc.state,
+                           "detail": detail})
+            if backend == "auto" and exc.unavailable:
+                continue  # the next backend may still answer
+            if backend == "auto" and name == "nvml" and exc.state == STATE_PROBE_ERROR:
+                soft_failure = (exc, name)  # kept in case nvidia-smi cannot answer either
+                continue
+            failure, failed_by = exc, name
+            break
+        probes.append({"backend": name, "outcome": STATE_OK,
+                       "detail": "; ".join(["%d GPU(s)" % len(answer["gpus"])] + notes)})
+        answered_by = name
+        break
+    if answer is None and failure is None and soft_failure is not None:
+        failure, failed_by = soft_failure
+
+    if backend == "pci" and not pci_readable:
+        raise BackendUnavailable(
+            "backend=pci but %s/bus/pci/devices cannot be read; use backend=auto"
+            % (DEFAULT_SYSFS_ROOT if sysfs_root is None else sysfs_root)
+        )
+    probes.append({"backend": "pci", "outcome": "ok" if pci_readable else "unavailable",
+                   "detail": ("%d NVIDIA display device(s)" % len(pci_gpus)) if pci_readable
+                   else "no PCI device list in sysfs"})
+
+    if answer is not None:
+        _finish_answer(facts, answer, answered_by, pci_gpus)
+    else:
+        _finish_without_driver(facts, backend, failure, failed_by, pci_readable, pci_gpus)
+    facts["count"] = len(facts["gpus"])
+    facts["present"] = bool(facts["state"] == STATE_OK and facts["backend"] in ("nvml", "nvidia_smi")
+                            and facts["count"] > 0)
+    return facts
+
+
+def _versions_differ(facts):
+    kernel, library = facts.get("kernel_module_version"), facts.get("library_version")
+    return bool(kernel and library and kernel != library)
+
+
+def _finish_answer(facts, answer, answered_by, pci_gpus):
+    facts["backend"] = answered_by
+    facts["driver_version"] = answer.get("driver_version")
+    facts["cuda_driver_version"] = answer.get("cuda_driver_version")
+    if answer.get("library_version"):
+        facts["library_version"] = answer["library_version"]
+    facts["gpus"] = _merge_pci(answer["gpus"], pci_gpus)
+    facts["topology"] = answer["topology"]
+    facts["nvlink"] = bool(answer["nvlink"])
+    facts["state"] = STATE_OK
+    facts["driver_library_mismatch"] = _versions_differ(facts)
+    via = "NVML" if answered_by == "nvml" else "nvidia-smi"
+    msg = "Found %d NVIDIA GPU(s) via %s: %s; driver %s, CUDA %s%s." % (
+        len(facts["gpus"]),
+        via,
+        _describe_gpus(facts["gpus"]),
+        facts["driver_version"] or "unknown",
+        facts["cuda_driver_version"] or "unknown",
+        ", NVLink" if facts["nvlink"] else "",
+    )
+    if facts["driver_library_mismatch"]:
+        msg += (" Warning: the loaded kernel module is %s but libnvidia-ml on disk is %s; reboot (or reload the "
+                "nvidia modules) before the next driver change."
+                % (facts["kernel_module_version"], facts["library_version"]))
+    facts["msg"] = msg
+
+
+def _finish_without_driver(facts, backend, failure, failed_by, pci_readable, pci_gpus):
+    facts["gpus"] = pci_gpus
+    facts["backend"] = "pci" if pci_readable else "none"
+    if failure is not None and failure.library_version and not facts["library_version"]:
+        facts["library_version"] = failure.library_version
+    pci_text = _describe_gpus(pci_gpus) if pci_gpus else ""
+    on_bus = ("%d NVIDIA GPU(s) on the PCI bus (%s)" % (len(pci_gpus), pci_text)) if pci_gpus else ""
+    nouveau = [gpu["pci_bus_id"] for gpu in pci_gpus if gpu.get("kernel_driver") == "nouveau"]
+    nouveau_hint = (" The nouveau driver is bound to %s; blacklist it before installing the NVIDIA driver."
+                    % ", ".join(nouveau)) if nouveau else ""
+    said = (" (%s)" % failure.detail) if failure is not None else ""
+    state = failure.state if failure is not None else None
+
+    if state == STATE_MISMATCH or (state in (None, STATE_DRIVER_NOT_LOADED, STATE_PROBE_ERROR)
+                                   and _versions_differ(facts)):
+        facts["state"] = STATE_MISMATCH
+        facts["driver_library_mismatch"] = True
+        facts["msg"] = (
+            "The NVIDIA kernel module (%s) and the user-space driver library (%s) do not match%s; reboot the "
+            "host (or unload and reload the nvidia kernel modules) so that both are the same version.%s"
+            % (facts["kernel_module_version"] or "version unknown", facts["library_version"] or "version unknown",
+               said, (" " + on_bus + ".") if on_bus else "")
+        )
+        return
+    if state == STATE_PROBE_ERROR:
+        facts["state"] = STATE_PROBE_ERROR
+        facts["msg"] = (
+            "Could not read the NVIDIA GPUs%s; run 'nvidia-smi' on the host to see the problem.%s"
+            % (said, (" " + on_bus + ".") if on_bus else "")
+        )
+        return
+    if backend == "pci" and pci_gpus:
+        loaded = facts["kernel_module_version"] is not None
+        facts["state"] = STATE_OK if loaded else STATE_DRIVER_NOT_LOADED
+        facts["msg"] = "%s, read from PCI only (backend=pci); the NVIDIA kernel module is %s.%s" % (
+            on_bus, ("loaded (%s)" % facts["kernel_module_version"]) if loaded else "not loaded", nouveau_hint)
+        return
+    if pci_gpus:
+        # Either no driver answered, or it answered "no devices" although the bus has NVIDIA GPUs
+        # (e.g. a driver branch that no longer supports them).
+        facts["state"] = STATE_DRIVER_NOT_LOADED
+        version = facts["kernel_module_version"] or facts["library_version"]
+        if state == STATE_NO_GPU:
+            reason = "the NVIDIA driver%s lists none of them%s" % ((" " + version) if version else "", said)
+            advice = "this driver branch probably does not support them; install one that does"
+        elif state == STATE_DRIVER_NOT_LOADED:
+            reason = "the NVIDIA driver is not working%s" % said
+            advice = "load it (reboot after installing, or run 'modprobe nvidia') or reinstall the driver"
+        elif facts["kernel_module_version"]:
+            reason = ("the kernel module %s is loaded but neither NVML nor nvidia-smi is available"
+                      % facts["kernel_module_version"])
+            advice = "install the driver's user-space utilities (nvidia-smi)"
+        else:
+            reason = "no NVIDIA driver is installed (neither NVML nor nvidia-smi is available)"
+            advice = "install the NVIDIA driver"
+        facts["msg"] = "%s but %s; %s.%s" % (on_bus, reason, advice, nouveau_hint)
+        return
+    if state == STATE_DRIVER_NOT_LOADED and not failure.unavailable:
+        # The driver itself says it is not working; report that, even with nothing on the bus.
+        facts["state"] = STATE_DRIVER_NOT_LOADED
+        where = "no NVIDIA GPU is visible on the PCI bus" if pci_readable else "the PCI bus could not be read"
+        facts["msg"] = (
+            "The NVIDIA driver is installed but not working%s, and %s; install or load the driver if this host "
+            "has a GPU, or remove the driver packages if it has none." % (said, where)
+        )
+        return
+    facts["state"] = STATE_NO_GPU
+    if failed_by is not None and state == STATE_NO_GPU:
+        facts["backend"] = failed_by
+    if pci_readable:
+        facts["msg"] = ("No NVIDIA GPU found%s; there is no NVIDIA display device on the PCI bus, so there is "
+                        "nothing to do on this host." % said)
+    else:
+        facts["msg"] = ("No NVIDIA GPU found%s; the PCI bus could not be read, so its absence is not confirmed."
+                        % said)
