@@ -1,0 +1,128 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: host_facts
+short_description: Read the host facts a vLLM rollout depends on besides the GPUs
+version_added: 0.1.0
+description:
+  - Reads the CPU's instruction-set flags from C(/proc/cpuinfo) (prebuilt inference images that
+    need AVX2 or AVX-512 die with C(Illegal instruction) on hosts without them).
+  - Measures free space on the filesystems that hold (or would hold) the given paths, such as the
+    model directory and Docker's data root. A path that does not exist yet is measured on its
+    closest existing parent.
+  - Reports the Docker engine and nvidia-container-toolkit versions when they are installed.
+  - Changes nothing; check mode is supported.
+options:
+  disk_paths:
+    description:
+      - Paths to measure, keyed by a label of your choice (for example C(model) and C(docker)).
+    type: dict
+    default: {}
+  cpuinfo_path:
+    description:
+      - Where to read the CPU description.
+    type: path
+    default: /proc/cpuinfo
+author:
+  - labfleet contributors (@labfleet)
+notes:
+  - Returns its result as the fact C(labfleet_host).
+"""
+
+EXAMPLES = r"""
+- name: Read CPU flags, free disk and container stack versions
+  labfleet.vllm.host_facts:
+    disk_paths:
+      model: /srv/models/llama
+      docker: /var/lib/docker
+
+- name: Refuse hosts without AVX2
+  ansible.builtin.assert:
+    that: ansible_facts['labfleet_host']['cpu']['isa']['avx2']
+    fail_msg: This image needs a CPU with AVX2.
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts added to the host.
+  returned: always
+  type: complex
+  contains:
+    labfleet_host:
+      description: What was read.
+      returned: always
+      type: complex
+      contains:
+        cpu:
+          description: CPU model, flags common to every logical CPU, socket and CPU counts, and C(isa),
+            a map of the flags that matter for prebuilt images (C(avx2), C(avx512f), ...) to booleans.
+          returned: always
+          type: dict
+          sample: {"model": "Intel(R) Xeon(R) CPU E5-2680 v4 @ 2.40GHz", "logical_cpus": 56, "sockets": 2,
+                   "flags": ["avx", "avx2", "fma"], "isa": {"avx2": true, "avx512f": false}}
+        disk:
+          description: Per label, C(path), C(measured_at) (the closest existing directory), C(exists),
+            C(free_mib) and C(total_mib).
+          returned: always
+          type: dict
+          sample: {"model": {"path": "/srv/models/llama", "measured_at": "/srv", "exists": false,
+                   "free_mib": 812345, "total_mib": 937000}}
+        container:
+          description: Docker client and server versions, the last line of Docker's error when the engine does
+            not answer, and the nvidia-container-cli and nvidia-ctk versions; each null when absent.
+          returned: always
+          type: dict
+          sample: {"docker_client_version": "26.1.5", "docker_server_version": "26.1.5", "docker_error": null,
+                   "nvidia_container_cli_version": "1.17.8", "nvidia_ctk_version": "1.17.8"}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.labfleet.vllm.plugins.module_utils._host import (
+    container_stack,
+    disk_free,
+    parse_cpuinfo,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            disk_paths=dict(type="dict", default={}),
+            cpuinfo_path=dict(type="path", default="/proc/cpuinfo"),
+        ),
+        supports_check_mode=True,
+    )
+    try:
+        with open(module.params["cpuinfo_path"], encoding="utf-8", errors="replace") as handle:
+            cpu = parse_cpuinfo(handle.read())
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="Cannot read %s (%s); point cpuinfo_path at a readable file."
+                         % (module.params["cpuinfo_path"], exc))
+
+    disk = {}
+    for label, path in sorted(module.params["disk_paths"].items()):
+        if not isinstance(path, str) or not path.startswith("/"):
+            module.fail_json(msg="disk_paths.%s must be an absolute path, got %r." % (label, path))
+        try:
+            disk[label] = disk_free(path)
+        except OSError as exc:
+            module.fail_json(msg="Cannot measure free space for disk_paths.%s (%s): %s" % (label, path, exc))
+
+    def run(argv):
+        return module.run_command(argv, environ_update={"LC_ALL": "C"})
+
+    container = container_stack(run, module.get_bin_path)
+    module.exit_json(changed=False, ansible_facts={"labfleet_host": {"cpu": cpu, "disk": disk, "container": container}})
+
+
+if __name__ == "__main__":
+    main()
