@@ -13,19 +13,20 @@ export MOLECULE_GLOB := molecule/*/molecule.yml
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity unit molecule build clean
+.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity unit integration molecule build clean
 
 help:
 	@echo "make test       lint + unit + molecule (the whole suite; what CI runs)"
 	@echo "make lint       yamllint, ansible-lint (production), argument_specs check, ansible-test sanity"
 	@echo "make unit       pytest unit tests"
+	@echo "make integration  pytest tests that build and run images in Docker"
 	@echo "make molecule   every Molecule scenario (starts Docker, builds base images)"
 	@echo "make images     build the Molecule base images (debootstrap + docker import)"
 	@echo "make build      ansible-galaxy collection build"
 
 test:
 	@start=$$(date +%s); rc=0; \
-	$(MAKE) --no-print-directory lint unit molecule || rc=$$?; \
+	$(MAKE) --no-print-directory lint unit integration molecule || rc=$$?; \
 	echo "make test: total duration $$(( $$(date +%s) - start )) s, exit $$rc"; \
 	exit $$rc
 
@@ -63,6 +64,9 @@ sanity: venv
 unit: venv
 	$(BIN)/python -m pytest
 
+integration: venv images
+	$(BIN)/python -m pytest -m docker tests/integration
+
 molecule: venv images
 	scripts/molecule-all.sh $(SCENARIO)
 
@@ -70,4 +74,4 @@ build: venv
 	ansible-galaxy collection build --force
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache labfleet-vllm-*.tar.gz
+	rm -rf $(VENV) .cache .pytest_cache .hypothesis labfleet-vllm-*.tar.gz

@@ -1,0 +1,1023 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the labfleet.vllm collection: this file is not a public API, its names and
+# structure may change in any release. Use the labfleet.vllm.vllm_image_facts module instead.
+"""vLLM image facts: shipped profiles of known images, and parsers for what the host reports.
+
+Pure functions and data (no Ansible imports):
+
+- ``PROFILES``: what is known about published ``vllm/vllm-openai`` images, so the deployment gate
+  can decide before the image is pulled. Every field has a ``source`` and a ``confidence``
+  (``verified``: read in the release's own source or in two independent verbatim copies;
+  ``third_party``: one verbatim third-party copy; ``inferred``: derived, check before relying on it).
+- ``parse_inspect``: ``docker image inspect`` JSON -> digest, CUDA_VERSION, NVIDIA_REQUIRE_CUDA, ...
+- ``PROBE_SCRIPT`` / ``parse_probe_output``: the script run inside the image (python3 -c, no GPU,
+  no network) and the parser of what it prints.
+- ``GPU_CHECK_SCRIPT`` / ``classify_gpu_check``: the opt-in tiny CUDA operation and its verdict.
+- ``merge_image_facts``: one ``image`` dict from inspect + probe + registry + profile.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import json
+import re
+
+# ---------------------------------------------------------------------------------------------
+# Profiles of published images
+# ---------------------------------------------------------------------------------------------
+
+# NVIDIA_REQUIRE_CUDA of the nvidia/cuda base images. In this string a space means OR and a comma
+# AND; nvidia-container-cli enforces it against the host driver at `docker run --gpus`.
+_BRANDS_10 = ("tesla", "unknown", "nvidia", "nvidiartx", "geforce", "geforcertx", "quadro", "quadrortx",
+              "titan", "titanrtx")
+_BRANDS_12 = ("unknown", "grid", "tesla", "nvidia", "quadro", "quadrortx", "nvidiartx", "vapps", "vpc", "vcs",
+              "vws", "cloudgaming")
+
+
+def _require(cuda, branches, brands):
+    words = ["cuda>=%s" % cuda]
+    for branch in branches:
+        for brand in brands:
+            words.append("brand=%s,driver>=%d,driver<%d" % (brand, branch, branch + 1))
+    return " ".join(words)
+
+
+REQUIRE_CUDA_12_4 = _require("12.4", (470, 525, 535), _BRANDS_10)
+REQUIRE_CUDA_12_9 = _require("12.9", (535, 550, 560, 565, 570), _BRANDS_12)
+REQUIRE_CUDA_13_0 = _require("13.0", (535, 550, 565, 570, 575), _BRANDS_12)
+
+SOURCES = {
+    "S-SDIST-0.8.5": "vllm 0.8.5 release source (PyPI sdist): docker/Dockerfile, "
+                     ".buildkite/release-pipeline.yaml (release build passes --build-arg CUDA_VERSION=12.4.0), "
+                     "requirements/cuda.txt, vllm/model_executor/layers/quantization/__init__.py",
+    "S-SDIST-0.19.1": "vllm 0.19.1 release source (PyPI sdist): docker/Dockerfile (x86_64 release build uses the "
+                      "default torch_cuda_arch_list), .buildkite/release-pipeline.yaml, requirements/cuda.txt, "
+                      "vllm/model_executor/layers/quantization/__init__.py",
+    "S-SDIST-0.20.0": "vllm 0.20.0 release source (PyPI sdist): docker/Dockerfile, .buildkite/release-pipeline.yaml "
+                      "(CUDA_ARCH_X86 / CUDA_ARCH_X86_CU129), .buildkite/scripts/annotate-release.sh, "
+                      "requirements/cuda.txt, vllm/model_executor/layers/quantization/__init__.py",
+    "S-INSPECT-0.8.5": "third-party copy of `docker inspect vllm/vllm-openai:v0.8.5` Config.Env (an experiment "
+                       "write-up on NVIDIA_VISIBLE_DEVICES): CUDA_VERSION=12.4.0, the full NVIDIA_REQUIRE_CUDA",
+    "S-CUDA-12.4": "third-party copies of nvidia/cuda 12.4.x image environments (same NVIDIA_REQUIRE_CUDA)",
+    "S-ENV-0.16.0": "third-party `vllm collect-env` of a vllm/vllm-openai 0.16.0 container (CUDA_VERSION=12.9.1, "
+                    "NVIDIA_REQUIRE_CUDA, TORCH_CUDA_ARCH_LIST)",
+    "S-ENV-0.23.0": "third-party copy of the vllm/vllm-openai:v0.23.0 image environment (CUDA_VERSION=13.0.2, "
+                    "NVIDIA_REQUIRE_CUDA, TORCH_CUDA_ARCH_LIST)",
+    "S-FACTS-2.3": "facts.md 2.3 (PyTorch wheel arch lists, .ci/manywheel/build_cuda.sh and issues)",
+    "S-DOCS": "vLLM installation docs in each release ('compute capability 7.0 or higher' through 0.19.x, "
+              "'7.5 or higher' from 0.20.0)",
+}
+
+QUANT_0_8_5 = [
+    "aqlm", "awq", "deepspeedfp", "tpu_int8", "fp8", "ptpc_fp8", "fbgemm_fp8", "modelopt", "nvfp4", "marlin",
+    "bitblas", "gguf", "gptq_marlin_24", "gptq_marlin", "gptq_bitblas", "awq_marlin", "gptq",
+    "compressed-tensors", "bitsandbytes", "qqq", "hqq", "experts_int8", "neuron_quant", "ipex", "quark",
+    "moe_wna16", "torchao",
+]
+QUANT_0_19_1 = [
+    "awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed",
+    "gguf", "gptq_marlin", "awq_marlin", "gptq", "compressed-tensors", "bitsandbytes", "experts_int8", "quark",
+    "moe_wna16", "torchao", "inc", "mxfp4", "mxfp8", "petit_nvfp4", "cpu_awq",
+]
+QUANT_0_20_0 = [
+    "awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed",
+    "gguf", "gptq_marlin", "awq_marlin", "gptq", "humming", "compressed-tensors", "bitsandbytes",
+    "experts_int8", "quark", "moe_wna16", "torchao", "inc", "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8",
+    "cpu_awq", "online", "fp8_per_tensor", "fp8_per_block", "int8_per_channel_weight_only", "mxfp8",
+]
+
+
+def _split(text):
+    return text.split()
+
+
+PROFILES = {
+    "vllm/vllm-openai:v0.8.5": {
+        "tags": ["v0.8.5"],
+        "digests": [],
+        "vllm_version": "0.8.5",
+        "cuda_version": "12.4.0",
+        "require_cuda": REQUIRE_CUDA_12_4,
+        "require_cuda_complete": True,
+        "arch_list": _split("7.0 7.5 8.0 8.6 8.9 9.0+PTX"),
+        "torch_version": "2.6.0",
+        "torch_cuda_version": "12.4",
+        "torch_arch_list": _split("5.0 6.0 7.0 7.5 8.0 8.6 9.0"),
+        "python_version": "3.12",
+        "entrypoint": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+        "quantization_methods": QUANT_0_8_5,
+        "min_compute_capability": "7.0",
+        "env_has_arch_list": False,
+        "notes": [
+            "The Dockerfile's ARG CUDA_VERSION default is 12.4.1, but the release build passes "
+            "--build-arg CUDA_VERSION=12.4.0, and an inspect of the published tag shows CUDA_VERSION=12.4.0.",
+            "The final image sets no TORCH_CUDA_ARCH_LIST; vLLM's kernel arch list comes from the Dockerfile.",
+            "On compute capability < 8.0 vLLM 0.8.5 runs the V0 engine with XFormers attention; do not set "
+            "VLLM_USE_V1=1.",
+        ],
+        "source": {
+            "vllm_version": "S-SDIST-0.8.5", "cuda_version": "S-SDIST-0.8.5; S-INSPECT-0.8.5",
+            "require_cuda": "S-INSPECT-0.8.5; S-CUDA-12.4", "arch_list": "S-SDIST-0.8.5",
+            "torch_version": "S-SDIST-0.8.5", "torch_cuda_version": "S-SDIST-0.8.5 (torch==2.6.0 from PyPI)",
+            "torch_arch_list": "S-FACTS-2.3", "python_version": "S-SDIST-0.8.5", "entrypoint": "S-SDIST-0.8.5",
+            "quantization_methods": "S-SDIST-0.8.5", "min_compute_capability": "S-DOCS",
+        },
+        "confidence": {
+            "vllm_version": "verified", "cuda_version": "verified", "require_cuda": "verified",
+            "arch_list": "verified", "torch_version": "verified", "torch_cuda_version": "inferred",
+            "torch_arch_list": "inferred", "python_version": "verified", "entrypoint": "verified",
+            "quantization_methods": "verified", "min_compute_capability": "verified",
+        },
+    },
+    "vllm/vllm-openai:v0.19.1": {
+        "tags": ["v0.19.1", "v0.19.1-x86_64"],
+        "digests": [],
+        "vllm_version": "0.19.1",
+        "cuda_version": "12.9.1",
+        "require_cuda": REQUIRE_CUDA_12_9,
+        "require_cuda_complete": True,
+        "arch_list": _split("7.0 7.5 8.0 8.9 9.0 10.0 12.0"),
+        "torch_version": "2.10.0",
+        "torch_cuda_version": "12.9",
+        "torch_arch_list": _split("7.0 7.5 8.0 8.6 9.0 10.0 12.0+PTX"),
+        "python_version": "3.12",
+        "entrypoint": ["vllm", "serve"],
+        "quantization_methods": QUANT_0_19_1,
+        "min_compute_capability": "7.0",
+        "env_has_arch_list": True,
+        "notes": [
+            "The last vLLM release line whose docs name compute capability 7.0 (V100).",
+            "The image sets VLLM_ENABLE_CUDA_COMPATIBILITY=0: the bundled cuda-compat libraries are opt-in.",
+            "--swap-space was removed in 0.18.0.",
+            "The aarch64 half of the tag is built for 8.7 8.9 9.0 10.0+PTX 12.0; this profile is the x86_64 one.",
+        ],
+        "source": {
+            "vllm_version": "S-SDIST-0.19.1", "cuda_version": "S-SDIST-0.19.1",
+            "require_cuda": "S-ENV-0.16.0 (same nvidia/cuda 12.9.1 base)", "arch_list": "S-SDIST-0.19.1",
+            "torch_version": "S-SDIST-0.19.1", "torch_cuda_version": "S-SDIST-0.19.1 (cu129 index)",
+            "torch_arch_list": "S-FACTS-2.3", "python_version": "S-SDIST-0.19.1", "entrypoint": "S-SDIST-0.19.1",
+            "quantization_methods": "S-SDIST-0.19.1", "min_compute_capability": "S-DOCS",
+        },
+        "confidence": {
+            "vllm_version": "verified", "cuda_version": "verified", "require_cuda": "inferred",
+            "arch_list": "verified", "torch_version": "verified", "torch_cuda_version": "verified",
+            "torch_arch_list": "inferred", "python_version": "inferred", "entrypoint": "verified",
+            "quantization_methods": "verified", "min_compute_capability": "verified",
+        },
+    },
+    "vllm/vllm-openai:v0.20.0": {
+        "tags": ["v0.20.0", "v0.20.0-x86_64"],
+        "digests": [],
+        "vllm_version": "0.20.0",
+        "cuda_version": "13.0.2",
+        "require_cuda": REQUIRE_CUDA_13_0,
+        "require_cuda_complete": True,
+        "arch_list": _split("7.5 8.0 8.6 8.9 9.0 10.0 12.0+PTX"),
+        "torch_version": "2.11.0",
+        "torch_cuda_version": "13.0",
+        "torch_arch_list": _split("7.5 8.0 8.6 9.0 10.0 12.0+PTX"),
+        "python_version": "3.12",
+        "entrypoint": ["vllm", "serve"],
+        "quantization_methods": QUANT_0_20_0,
+        "min_compute_capability": "7.5",
+        "env_has_arch_list": True,
+        "notes": [
+            "The first release without Volta: CUDA 13 cannot build sm_70 and the docs say compute capability 7.5.",
+            "The release build passes CUDA_ARCH_X86='7.5 8.0 8.6 8.9 9.0 10.0 12.0+PTX'; the Dockerfile default "
+            "(with 11.0) applies to other builds.",
+        ],
+        "source": {
+            "vllm_version": "S-SDIST-0.20.0", "cuda_version": "S-SDIST-0.20.0",
+            "require_cuda": "S-ENV-0.23.0 (same nvidia/cuda 13.0.2 base)", "arch_list": "S-SDIST-0.20.0",
+            "torch_version": "S-SDIST-0.20.0", "torch_cuda_version": "S-SDIST-0.20.0 (cu130 index)",
+            "torch_arch_list": "S-FACTS-2.3", "python_version": "S-SDIST-0.20.0", "entrypoint": "S-SDIST-0.20.0",
+            "quantization_methods": "S-SDIST-0.20.0", "min_compute_capability": "S-DOCS",
+        },
+        "confidence": {
+            "vllm_version": "verified", "cuda_version": "verified", "require_cuda": "inferred",
+            "arch_list": "verified", "torch_version": "verified", "torch_cuda_version": "verified",
+            "torch_arch_list": "verified", "python_version": "inferred", "entrypoint": "verified",
+            "quantization_methods": "verified", "min_compute_capability": "verified",
+        },
+    },
+    "vllm/vllm-openai:v0.20.0-cu129": {
+        "tags": ["v0.20.0-cu129", "v0.20.0-x86_64-cu129"],
+        "digests": [],
+        "vllm_version": "0.20.0",
+        "cuda_version": "12.9.1",
+        "require_cuda": REQUIRE_CUDA_12_9,
+        "require_cuda_complete": True,
+        "arch_list": _split("7.5 8.0 8.6 8.9 9.0 10.0 12.0"),
+        "torch_version": "2.11.0",
+        "torch_cuda_version": "12.9",
+        "torch_arch_list": None,
+        "python_version": "3.12",
+        "entrypoint": ["vllm", "serve"],
+        "quantization_methods": QUANT_0_20_0,
+        "min_compute_capability": "7.5",
+        "env_has_arch_list": True,
+        "notes": [
+            "The CUDA 12.9 variant of 0.20.0 still has no sm_70 kernels (CUDA_ARCH_X86_CU129 starts at 7.5).",
+        ],
+        "source": {
+            "vllm_version": "S-SDIST-0.20.0", "cuda_version": "S-SDIST-0.20.0",
+            "require_cuda": "S-ENV-0.16.0 (same nvidia/cuda 12.9.1 base)", "arch_list": "S-SDIST-0.20.0",
+            "torch_version": "S-SDIST-0.20.0", "torch_cuda_version": "S-SDIST-0.20.0",
+            "torch_arch_list": "unknown", "python_version": "S-SDIST-0.20.0", "entrypoint": "S-SDIST-0.20.0",
+            "quantization_methods": "S-SDIST-0.20.0", "min_compute_capability": "S-DOCS",
+        },
+        "confidence": {
+            "vllm_version": "verified", "cuda_version": "verified", "require_cuda": "inferred",
+            "arch_list": "verified", "torch_version": "verified", "torch_cuda_version": "verified",
+            "torch_arch_list": "unknown", "python_version": "inferred", "entrypoint": "verified",
+            "quantization_methods": "verified", "min_compute_capability": "verified",
+        },
+    },
+}
+
+# Registries that mean Docker Hub.
+_DOCKER_HUB = ("docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com")
+
+_REF_RE = re.compile(
+    r"^(?P<repo>[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
+
+
+class ImageRefError(ValueError):
+    """An image reference that docker would not accept."""
+
+
+def parse_reference(ref):
+    """Split an image reference into {registry, repository, tag, digest, name, canonical}.
+
+    ``name`` is the short Docker Hub form ("vllm/vllm-openai"), ``canonical`` adds the tag or digest
+    ("vllm/vllm-openai:v0.8.5"). A reference without tag or digest gets the tag "latest", as docker does.
+    """
+    if not isinstance(ref, str) or not ref.strip():
+        raise ImageRefError("image reference is empty")
+    if ref != ref.strip() or any(ch.isspace() for ch in ref):
+        raise ImageRefError("image reference %r contains whitespace" % ref)
+    if ref.startswith("sha256:"):
+        if not re.match(r"^sha256:[0-9a-f]{64}$", ref):
+            raise ImageRefError("image id %r is not sha256: followed by 64 hex digits" % ref)
+        return {"registry": None, "repository": None, "tag": None, "digest": None, "id": ref,
+                "name": None, "canonical": ref}
+    first, sep, rest = ref.partition("/")
+    registry = None
+    path = ref
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        registry = first
+        path = rest
+    match = _REF_RE.match(path)
+    if not match:
+        raise ImageRefError("%r is not a valid image reference (expected [registry/]name[:tag][@sha256:digest], "
+                            "name in lowercase)" % ref)
+    repo = match.group("repo")
+    tag = match.group("tag")
+    digest = match.group("digest")
+    if registry is None or registry in _DOCKER_HUB:
+        registry = "docker.io"
+        if repo.startswith("library/"):
+            name = repo[len("library/"):]
+        else:
+            name = repo
+    else:
+        name = "%s/%s" % (registry, repo)
+    if tag is None and digest is None:
+        tag = "latest"
+    canonical = name + (":" + tag if tag else "") + ("@" + digest if digest else "")
+    return {"registry": registry, "repository": repo, "tag": tag, "digest": digest, "id": None,
+            "name": name, "canonical": canonical}
+
+
+def lookup_profile(ref, profiles=None):
+    """(profile key, profile copy) for an image reference or (None, None).
+
+    A digest matches a profile listing it; otherwise the repository and tag must match one of the
+    profile's tags. A reference with both tag and digest whose digest is not listed still matches
+    by tag (docker would pull by digest, so the probe after the pull has the last word).
+    """
+    profiles = PROFILES if profiles is None else profiles
+    try:
+        parsed = parse_reference(ref)
+    except ImageRefError:
+        return None, None
+    for key, profile in sorted(profiles.items()):
+        if parsed["digest"] and parsed["digest"] in (profile.get("digests") or []):
+            return key, copy.deepcopy(profile)
+    for key, profile in sorted(profiles.items()):
+        name = key.rsplit(":", 1)[0]
+        if parsed["name"] == name and parsed["tag"] in (profile.get("tags") or []):
+            return key, copy.deepcopy(profile)
+    return None, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Arch lists
+# ---------------------------------------------------------------------------------------------
+
+_ARCH_RE = re.compile(r"^(?:(?P<kind>sm|compute)_(?P<cc>\d{2,3})(?P<suffix>[af]?)|"
+                      r"(?P<major>\d{1,2})\.(?P<minor>\d)(?P<suffix2>[af]?)(?P<ptx>\+PTX)?)$", re.IGNORECASE)
+
+
+def parse_arch(entry):
+    """One arch entry -> (major, minor, suffix, sass, ptx), or None if unreadable.
+
+    Accepts torch's notation ("7.0", "9.0+PTX", "9.0a") and nvcc's ("sm_70", "compute_90",
+    "sm_90a"). "X.Y+PTX" means SASS and PTX for X.Y.
+    """
+    if not isinstance(entry, str):
+        return None
+    match = _ARCH_RE.match(entry.strip())
+    if not match:
+        return None
+    if match.group("kind"):
+        digits = match.group("cc")
+        major, minor = int(digits[:-1]), int(digits[-1])
+        compute = match.group("kind").lower() == "compute"
+        return (major, minor, match.group("suffix").lower(), not compute, compute)
+    return (int(match.group("major")), int(match.group("minor")), match.group("suffix2").lower(), True,
+            bool(match.group("ptx")))
+
+
+def split_arch_list(value):
+    """An arch list as a list of entries: accepts a list, or a string split on spaces, ';' or ','."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        items = []
+        for item in value:
+            items.extend(split_arch_list(item) or [])
+        return items
+    if isinstance(value, str):
+        return [part for part in re.split(r"[\s;,]+", value) if part]
+    return None
+
+
+def normalise_arch_list(value):
+    """Entries in torch notation ("7.0", "9.0+PTX"), sorted, merging sm_XY + compute_XY.
+
+    A PTX-only entry (compute_XY without sm_XY) is written "X.Y+PTX" too. Unreadable entries are
+    dropped.
+    """
+    entries = split_arch_list(value)
+    if entries is None:
+        return None
+    found = {}
+    for entry in entries:
+        parsed = parse_arch(entry)
+        if parsed is None:
+            continue
+        major, minor, suffix, sass, ptx = parsed
+        key = (major, minor, suffix)
+        old = found.get(key, (False, False))
+        found[key] = (old[0] or sass, old[1] or ptx)
+    result = []
+    for (major, minor, suffix) in sorted(found):
+        ptx = found[(major, minor, suffix)][1]
+        result.append("%d.%d%s%s" % (major, minor, suffix, "+PTX" if ptx else ""))
+    return result
+
+
+def covers(arch_list, cc):
+    """How an arch list reaches compute capability ``cc`` (major, minor): "sass", "ptx" or None.
+
+    SASS for X.Y runs on X.Z with Z >= Y (same major); arch-specific builds ("9.0a") run only on
+    their own arch; PTX for X.Y is JIT-compiled for any arch >= X.Y.
+    """
+    best = None
+    for entry in arch_list or []:
+        parsed = parse_arch(entry)
+        if parsed is None:
+            continue
+        major, minor, suffix, sass, ptx = parsed
+        if sass:
+            if suffix == "a" and (major, minor) == cc:
+                return "sass"
+            if suffix != "a" and major == cc[0] and minor <= cc[1]:
+                return "sass"
+        if ptx and suffix != "a" and (major, minor) <= cc:
+            best = "ptx"
+    return best
+
+
+def effective_arch_list(vllm_list, torch_list):
+    """The arch list the image can run on: vLLM's kernel list filtered by torch's coverage.
+
+    An entry of vLLM's list stays when torch also reaches that arch (by SASS or PTX); "+PTX" stays
+    only when torch also carries PTX (both must JIT for a newer GPU). With one list unknown the
+    other is returned; with both unknown, None.
+    """
+    vllm_norm = normalise_arch_list(vllm_list)
+    torch_norm = normalise_arch_list(torch_list)
+    if not vllm_norm:
+        return torch_norm or None
+    if not torch_norm:
+        return vllm_norm
+    torch_has_ptx = any(e.endswith("+PTX") for e in torch_norm)
+    result = []
+    for entry in vllm_norm:
+        major, minor, suffix, sass, ptx = parse_arch(entry)
+        if covers(torch_norm, (major, minor)) is None:
+            continue
+        if ptx and not torch_has_ptx:
+            entry = entry[:-len("+PTX")]
+        result.append(entry)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# docker image inspect
+# ---------------------------------------------------------------------------------------------
+
+# Environment variables worth returning (the rest of the image's Env is not reported).
+_ENV_PREFIXES = ("CUDA_", "NV_CUDA_", "NVIDIA_", "TORCH_", "VLLM_", "PYTORCH_", "NCCL_VERSION", "PYTHON")
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+
+
+def env_to_dict(env):
+    """["K=V", ...] -> {K: V} (the last one wins, as in docker)."""
+    result = {}
+    for item in env or []:
+        if not isinstance(item, str):
+            continue
+        key, sep, value = item.partition("=")
+        if sep:
+            result[key] = value
+    return result
+
+
+def interesting_env(env):
+    """The image variables worth reporting, never ones whose name suggests a secret."""
+    return dict((k, v) for k, v in env.items()
+                if k.startswith(_ENV_PREFIXES) and not any(w in k.upper() for w in _SECRET_WORDS))
+
+
+def parse_inspect(text, ref=None):
+    """Facts from ``docker image inspect`` output (a JSON list with one object).
+
+    Returns {id, repo_tags, repo_digests, digest, created, architecture, os, size, env, labels,
+    entrypoint, cmd, cuda_version, require_cuda, env_arch_list}. Raises ValueError when the text is
+    not inspect JSON.
+    """
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError("docker image inspect printed no JSON (%s)" % exc)
+    if isinstance(data, list):
+        if not data:
+            raise ValueError("docker image inspect printed an empty list")
+        data = data[0]
+    if not isinstance(data, dict):
+        raise ValueError("docker image inspect printed %s instead of an object" % type(data).__name__)
+    config = data.get("Config") or {}
+    if not isinstance(config, dict):
+        raise ValueError("docker image inspect: Config is not an object")
+    env = env_to_dict(config.get("Env"))
+    repo_digests = [d for d in (data.get("RepoDigests") or []) if isinstance(d, str)]
+    return {
+        "id": data.get("Id"),
+        "repo_tags": [t for t in (data.get("RepoTags") or []) if isinstance(t, str)],
+        "repo_digests": repo_digests,
+        "digest": pick_digest(repo_digests, ref),
+        "created": data.get("Created"),
+        "architecture": data.get("Architecture"),
+        "os": data.get("Os"),
+        "size": data.get("Size"),
+        "env": interesting_env(env),
+        "labels": config.get("Labels") or {},
+        "entrypoint": config.get("Entrypoint"),
+        "cmd": config.get("Cmd"),
+        "cuda_version": env.get("CUDA_VERSION") or None,
+        "require_cuda": env.get("NVIDIA_REQUIRE_CUDA") or None,
+        "env_arch_list": env.get("TORCH_CUDA_ARCH_LIST") or None,
+        "disable_require": (env.get("NVIDIA_DISABLE_REQUIRE") or "").lower() in ("1", "true", "yes"),
+    }
+
+
+def pick_digest(repo_digests, ref=None):
+    """The sha256 digest of the RepoDigests entry for ``ref``'s repository (else the first one)."""
+    wanted = None
+    if ref:
+        try:
+            wanted = parse_reference(ref)["name"]
+        except ImageRefError:
+            wanted = None
+    first = None
+    for item in repo_digests:
+        name, sep, digest = item.partition("@")
+        if not sep:
+            continue
+        first = first or digest
+        try:
+            if wanted and parse_reference(name)["name"] == wanted:
+                return digest
+        except ImageRefError:
+            continue
+    return first
+
+
+def informative_line(text, fragments=()):
+    """The line of docker's output worth quoting: one holding a fragment, else the first line that
+    mentions an error, else the last non-empty line ("Run 'docker --help'" lines are skipped)."""
+    lines = [line.strip() for line in (text or "").splitlines()
+             if line.strip() and not line.strip().startswith(("Run 'docker", "Usage:"))]
+    for fragment in fragments:
+        for line in lines:
+            if fragment in line.lower():
+                return line
+    for line in lines:
+        if "error" in line.lower() or "unknown" in line.lower():
+            return line
+    return lines[-1] if lines else ""
+
+
+def classify_docker_error(rc, out, err):
+    """(state, message) for a failed docker command: absent, docker_unavailable or error."""
+    text = "%s\n%s" % (out or "", err or "")
+    lower = text.lower()
+    if "no such image" in lower or "no such object" in lower:
+        return "absent", "image is not on this host"
+    if "cannot connect to the docker daemon" in lower or "is the docker daemon running" in lower:
+        return "docker_unavailable", ("the Docker daemon does not answer: start it (systemctl start docker); until "
+                                      "then only the shipped profile is reported")
+    if "permission denied" in lower and "docker" in lower:
+        return "docker_unavailable", ("permission denied talking to the Docker daemon: run the task with "
+                                      "become: true or add the user to the docker group")
+    return "error", "docker exited %s: %s" % (rc, informative_line(text) or "no output")
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry (docker buildx imagetools inspect)
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_registry_image(text, platform="linux/amd64"):
+    """The image config printed by ``docker buildx imagetools inspect --format '{{json .}}'``.
+
+    That prints ``{"name", "manifest", "image"}``; ``image`` is the config of a single-platform
+    image or ``{platform: config}`` for a multi-platform index, and ``manifest.digest`` the digest
+    of what the reference points at (buildx docs, "Format the output"). Returns {cuda_version,
+    require_cuda, env_arch_list, entrypoint, labels, env, platform, digest}; ValueError when the
+    text holds no image config.
+    """
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError("imagetools inspect printed no JSON (%s)" % exc)
+    if not isinstance(data, dict):
+        raise ValueError("imagetools inspect printed %s instead of an object" % type(data).__name__)
+    digest = None
+    manifest = data.get("manifest")
+    if isinstance(manifest, dict) and isinstance(manifest.get("digest"), str):
+        digest = manifest["digest"]
+    image = data.get("image", data)
+    if not isinstance(image, dict):
+        raise ValueError("imagetools inspect: image is not an object")
+    chosen_platform = None
+    if "config" not in image:
+        candidates = dict((k, v) for k, v in image.items() if isinstance(v, dict) and "config" in v)
+        if not candidates:
+            raise ValueError("imagetools inspect output holds no image config")
+        chosen_platform = platform if platform in candidates else sorted(candidates)[0]
+        image = candidates[chosen_platform]
+    config = image.get("config") or {}
+    if not isinstance(config, dict):
+        raise ValueError("imagetools inspect: config is not an object")
+    env = env_to_dict(config.get("Env"))
+    return {
+        "platform": chosen_platform or ("%s/%s" % (image.get("os"), image.get("architecture"))),
+        "digest": digest,
+        "env": interesting_env(env),
+        "entrypoint": config.get("Entrypoint"),
+        "labels": config.get("Labels") or {},
+        "cuda_version": env.get("CUDA_VERSION") or None,
+        "require_cuda": env.get("NVIDIA_REQUIRE_CUDA") or None,
+        "env_arch_list": env.get("TORCH_CUDA_ARCH_LIST") or None,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# In-image probe
+# ---------------------------------------------------------------------------------------------
+
+PROBE_MARKER = "LABFLEET_PROBE_JSON "
+
+# Run as `python3 -c PROBE_SCRIPT <seconds>` inside the image: no GPU, no network. It never
+# imports vllm itself when the quantization list can be read from source; it imports torch (no
+# GPU needed) for torch.version.cuda and the compiled arch list. Python 3.6+ syntax only.
+PROBE_SCRIPT = r'''
+import json, os, re, signal, sys
+MARK = "LABFLEET_PROBE_JSON "
+r = {"probe_version": 1, "python_version": "%d.%d.%d" % sys.version_info[:3], "errors": []}
+class _Late(Exception):
+    pass
+def _alarm(signum, frame):
+    raise _Late("timed out")
+try:
+    budget = int(sys.argv[1]) if len(sys.argv) > 1 else 120
+except ValueError:
+    budget = 120
+try:
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(max(1, budget))
+except Exception:
+    pass
+def err(step, exc):
+    r["errors"].append("%s: %s: %s" % (step, type(exc).__name__, exc))
+def dist_version(name):
+    try:
+        from importlib import metadata
+    except ImportError:
+        try:
+            import importlib_metadata as metadata
+        except ImportError:
+            return None
+    try:
+        return metadata.version(name)
+    except Exception:
+        return None
+def literal_strings(node):
+    import ast
+    if isinstance(node, (ast.List, ast.Tuple)):
+        out = []
+        for elt in node.elts:
+            if type(elt).__name__ == "Constant" and isinstance(elt.value, str):
+                out.append(elt.value)
+            elif type(elt).__name__ == "Str":
+                out.append(elt.s)
+            else:
+                return None
+        return out
+    if isinstance(node, ast.Subscript):
+        sl = node.slice
+        if type(sl).__name__ == "Index":
+            sl = sl.value
+        return literal_strings(sl)
+    return None
+def methods_from_source(path):
+    import ast
+    with open(path) as handle:
+        tree = ast.parse(handle.read())
+    found = {}
+    for node in tree.body:
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            name = getattr(target, "id", None)
+            if name in ("QUANTIZATION_METHODS", "QuantizationMethods") and node.value is not None:
+                values = literal_strings(node.value)
+                if values:
+                    found[name] = values
+    return found.get("QUANTIZATION_METHODS") or found.get("QuantizationMethods")
+r["vllm_version"] = dist_version("vllm")
+r["torch_version"] = dist_version("torch")
+try:
+    import importlib.util
+    spec = importlib.util.find_spec("vllm")
+    if spec is not None and spec.submodule_search_locations:
+        vdir = list(spec.submodule_search_locations)[0]
+        r["vllm_path"] = vdir
+        if r["vllm_version"] is None:
+            for cand in ("_version.py", "version.py"):
+                p = os.path.join(vdir, cand)
+                if os.path.isfile(p):
+                    with open(p) as handle:
+                        m = re.search(r"""(?:__version__|version)\s*(?::\s*str)?\s*=\s*['"]([^'"]+)['"]""", handle.read())
+                    if m:
+                        r["vllm_version"] = m.group(1)
+                        r["vllm_version_source"] = cand
+                        break
+        qpath = os.path.join(vdir, "model_executor", "layers", "quantization", "__init__.py")
+        if os.path.isfile(qpath):
+            try:
+                methods = methods_from_source(qpath)
+                if methods:
+                    r["quantization_methods"] = methods
+                    r["quantization_methods_source"] = "source"
+            except Exception as exc:
+                err("quantization source", exc)
+    else:
+        r["vllm_path"] = None
+except Exception as exc:
+    err("vllm", exc)
+if r.get("vllm_path") and not r.get("quantization_methods"):
+    try:
+        signal.alarm(max(1, budget))
+    except Exception:
+        pass
+    try:
+        from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+        r["quantization_methods"] = list(QUANTIZATION_METHODS)
+        r["quantization_methods_source"] = "import"
+    except BaseException as exc:
+        err("quantization import", exc)
+r["env_torch_cuda_arch_list"] = os.environ.get("TORCH_CUDA_ARCH_LIST")
+r["env_cuda_version"] = os.environ.get("CUDA_VERSION")
+try:
+    signal.alarm(max(1, budget))
+except Exception:
+    pass
+try:
+    import torch
+    r["torch_version"] = getattr(torch, "__version__", r["torch_version"])
+    r["torch_cuda_version"] = getattr(getattr(torch, "version", None), "cuda", None)
+    arch = []
+    try:
+        arch = list(torch.cuda.get_arch_list())
+        src = "torch.cuda.get_arch_list"
+    except Exception as exc:
+        err("get_arch_list", exc)
+    if not arch:
+        try:
+            flags = torch._C._cuda_getArchFlags()
+            if flags:
+                arch = flags.split()
+                src = "torch._C._cuda_getArchFlags"
+        except Exception as exc:
+            err("_cuda_getArchFlags", exc)
+    if not arch and r["env_torch_cuda_arch_list"]:
+        arch = re.split(r"[\s;]+", r["env_torch_cuda_arch_list"].strip())
+        src = "env:TORCH_CUDA_ARCH_LIST"
+    if arch:
+        r["torch_arch_list"] = arch
+        r["torch_arch_list_source"] = src
+except BaseException as exc:
+    err("torch", exc)
+try:
+    signal.alarm(0)
+except Exception:
+    pass
+sys.stdout.write("\n" + MARK + json.dumps(r, sort_keys=True) + "\n")
+sys.stdout.flush()
+'''
+
+# Run as `python3 -c GPU_CHECK_SCRIPT` with --gpus all: one tiny elementwise op per visible GPU.
+# It exercises torch's kernels (the "no kernel image" failure of images whose torch lacks the
+# GPU's arch), not every vLLM kernel.
+GPU_CHECK_SCRIPT = r'''
+import json, sys
+MARK = "LABFLEET_PROBE_JSON "
+r = {"ok": False, "devices": []}
+try:
+    import torch
+    r["cuda_available"] = bool(torch.cuda.is_available())
+    if not r["cuda_available"]:
+        r["error"] = "torch.cuda.is_available() is False: no GPU visible in the container"
+    else:
+        try:
+            r["arch_list"] = list(torch.cuda.get_arch_list())
+        except Exception:
+            pass
+        ok = True
+        for i in range(torch.cuda.device_count()):
+            dev = {"index": i, "name": torch.cuda.get_device_name(i),
+                   "capability": "%d.%d" % tuple(torch.cuda.get_device_capability(i))}
+            try:
+                x = torch.ones(16, device="cuda:%d" % i)
+                dev["result"] = float((x * 2).sum().item())
+                torch.cuda.synchronize(i)
+                dev["ok"] = dev["result"] == 32.0
+            except Exception as exc:
+                dev["ok"] = False
+                dev["error"] = "%s: %s" % (type(exc).__name__, exc)
+                r.setdefault("error", dev["error"])
+            ok = ok and dev["ok"]
+            r["devices"].append(dev)
+        r["ok"] = ok and bool(r["devices"])
+except BaseException as exc:
+    r["error"] = "%s: %s" % (type(exc).__name__, exc)
+sys.stdout.write("\n" + MARK + json.dumps(r, sort_keys=True) + "\n")
+sys.stdout.flush()
+'''
+
+
+def extract_marked_json(text, marker=PROBE_MARKER):
+    """The JSON object after the last ``marker`` line of ``text``; ValueError if none or malformed."""
+    payload = None
+    for line in (text or "").splitlines():
+        if line.startswith(marker):
+            payload = line[len(marker):]
+    if payload is None:
+        raise ValueError("no %r line in the output" % marker.strip())
+    try:
+        data = json.loads(payload)
+    except ValueError as exc:
+        raise ValueError("the %s line is not JSON (%s)" % (marker.strip(), exc))
+    if not isinstance(data, dict):
+        raise ValueError("the %s line is not a JSON object" % marker.strip())
+    return data
+
+
+def parse_probe_output(text):
+    """The probe's report: {vllm_version, torch_version, torch_cuda_version, torch_arch_list,
+    quantization_methods, ...}. Raises ValueError when the output holds no probe line."""
+    data = extract_marked_json(text)
+    arch = data.get("torch_arch_list")
+    if arch is not None:
+        data["torch_arch_list_raw"] = arch
+        data["torch_arch_list"] = normalise_arch_list(arch)
+    methods = data.get("quantization_methods")
+    if methods is not None and not (isinstance(methods, list) and all(isinstance(m, str) for m in methods)):
+        data["quantization_methods"] = None
+    errors = data.get("errors")
+    data["errors"] = [e for e in errors if isinstance(e, str)] if isinstance(errors, list) else []
+    return data
+
+
+# Text fragments of container/CUDA failures -> (category, what to do).
+_GPU_FAILURES = (
+    ("no kernel image is available", "no_kernel_image",
+     "the image has no kernels for this GPU's architecture: use an image built for it (for a V100, sm_70: "
+     "vllm/vllm-openai v0.8.5 or a 0.10.2-0.19.x release)"),
+    ("unsatisfied condition: cuda", "driver_too_old",
+     "the host driver is older than the image's NVIDIA_REQUIRE_CUDA allows: upgrade the driver or use an "
+     "image built on an older CUDA"),
+    ("could not select device driver", "no_gpu_runtime",
+     "Docker has no GPU runtime: install nvidia-container-toolkit and run nvidia-ctk runtime configure "
+     "--runtime=docker, then restart Docker"),
+    ("unknown or invalid runtime name: nvidia", "no_gpu_runtime",
+     "Docker has no 'nvidia' runtime: install nvidia-container-toolkit and configure it for Docker"),
+    ("provided ptx was compiled with an unsupported toolchain", "ptx_unsupported",
+     "the image's PTX is newer than the driver can JIT-compile: upgrade the driver or use an image with SASS "
+     "for this GPU"),
+    ("forward compatibility was attempted on non supported hw", "cuda_compat_unsupported",
+     "the image's cuda-compat libraries do not support this GPU: disable forward compatibility in the image"),
+    ("unsupported display driver / cuda driver combination", "cuda_compat_mismatch",
+     "the container mixes the host driver with the image's cuda-compat libraries: see vLLM's "
+     "VLLM_ENABLE_CUDA_COMPATIBILITY and the container toolkit's cuda-compat mode"),
+    ("driver/library version mismatch", "driver_library_mismatch",
+     "the loaded kernel module and the user-space driver differ: reboot (or reload the nvidia modules)"),
+    ("found no nvidia driver", "no_gpu_visible",
+     "no GPU is visible in the container: check the driver and nvidia-container-toolkit"),
+    ("no gpu visible in the container", "no_gpu_visible",
+     "no GPU is visible in the container: check the driver and nvidia-container-toolkit"),
+)
+
+
+def classify_gpu_check(rc, out, err):
+    """{ran, ok, category, message, devices, fix} from the GPU check container's result."""
+    result = {"ran": True, "ok": False, "category": None, "message": None, "devices": [], "fix": None}
+    report = None
+    try:
+        report = extract_marked_json(out)
+    except ValueError:
+        report = None
+    if report is not None:
+        result["devices"] = report.get("devices") or []
+        result["ok"] = bool(report.get("ok")) and rc == 0
+        result["message"] = report.get("error")
+        if report.get("arch_list"):
+            result["arch_list"] = normalise_arch_list(report["arch_list"])
+    if result["ok"]:
+        result["category"] = "ok"
+        return result
+    raw = "%s\n%s\n%s" % (result["message"] or "", err or "", out or "")
+    text = raw.lower()
+    for fragment, category, fix in _GPU_FAILURES:
+        if fragment in text:
+            result["category"] = category
+            result["fix"] = fix
+            if not result["message"]:
+                result["message"] = informative_line(raw, (fragment,))
+            break
+    else:
+        result["category"] = "error"
+    if not result["message"]:
+        result["message"] = informative_line("%s\n%s" % (err or "", out or "")) or \
+            "the GPU check container exited %s" % rc
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Merge
+# ---------------------------------------------------------------------------------------------
+
+GATE_KEYS = ("cuda_version", "require_cuda", "arch_list", "quantization_methods", "vllm_version")
+
+_TAG_VERSION_RE = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)(?:$|[-+])")
+
+
+def _first(*candidates):
+    """(value, source) of the first candidate (value, source) whose value is not None/empty."""
+    for value, source in candidates:
+        if value not in (None, "", []):
+            return value, source
+    return None, None
+
+
+def merge_image_facts(ref, state, inspect=None, probe=None, registry=None, profile=None, profile_key=None):
+    """One ``image`` dict from what was observed, with ``sources`` naming where each field came from.
+
+    Precedence: the probe (what runs in the image) over docker inspect (its config) over the
+    registry config over the shipped profile; ``profile_mismatches`` lists fields where an
+    observation contradicts the profile.
+    """
+    inspect = inspect or {}
+    probe = probe or {}
+    registry = registry or {}
+    prof = profile or {}
+    image = {"reference": ref, "state": state, "profile_matched": profile is not None,
+             "profile": profile_key, "sources": {}, "notes": []}
+    try:
+        parsed = parse_reference(ref)
+    except ImageRefError:
+        parsed = {}
+
+    def put(field, *candidates):
+        value, source = _first(*candidates)
+        image[field] = value
+        if source:
+            image["sources"][field] = source
+        return value
+
+    tag_version = None
+    if parsed.get("tag"):
+        match = _TAG_VERSION_RE.match(parsed["tag"])
+        tag_version = match.group(1) if match else None
+    put("vllm_version", (probe.get("vllm_version"), "probe"), (prof.get("vllm_version"), "profile"),
+        (tag_version, "tag"))
+    put("cuda_version", (inspect.get("cuda_version"), "inspect"), (registry.get("cuda_version"), "registry"),
+        (prof.get("cuda_version"), "profile"), (probe.get("torch_cuda_version"), "probe:torch"))
+    put("require_cuda", (inspect.get("require_cuda"), "inspect"), (registry.get("require_cuda"), "registry"),
+        (prof.get("require_cuda"), "profile"))
+    put("entrypoint", (inspect.get("entrypoint"), "inspect"), (registry.get("entrypoint"), "registry"),
+        (prof.get("entrypoint"), "profile"))
+    put("torch_version", (probe.get("torch_version"), "probe"), (prof.get("torch_version"), "profile"))
+    put("torch_cuda_version", (probe.get("torch_cuda_version"), "probe"), (prof.get("torch_cuda_version"), "profile"))
+    put("quantization_methods", (probe.get("quantization_methods"), "probe"),
+        (prof.get("quantization_methods"), "profile"))
+    vllm_arch = put("vllm_arch_list",
+                    (normalise_arch_list(inspect.get("env_arch_list")), "inspect:TORCH_CUDA_ARCH_LIST"),
+                    (normalise_arch_list(registry.get("env_arch_list")), "registry:TORCH_CUDA_ARCH_LIST"),
+                    (normalise_arch_list(prof.get("arch_list")), "profile"))
+    torch_arch = put("torch_arch_list", (probe.get("torch_arch_list"), "probe"),
+                     (normalise_arch_list(prof.get("torch_arch_list")), "profile"))
+    image["arch_list"] = effective_arch_list(vllm_arch, torch_arch)
+    if image["arch_list"] is not None:
+        image["sources"]["arch_list"] = "vllm_arch_list filtered by torch_arch_list" if (vllm_arch and torch_arch) \
+            else ("vllm_arch_list" if vllm_arch else "torch_arch_list")
+        dropped = [e for e in (vllm_arch or []) if torch_arch and
+                   covers(torch_arch, parse_arch(e)[:2]) is None]
+        if dropped:
+            image["notes"].append("vLLM's kernels list %s but torch in the image does not reach %s; expect "
+                                  "'no kernel image is available' there" % (", ".join(dropped), ", ".join(dropped)))
+    image["min_compute_capability"] = prof.get("min_compute_capability")
+    image["digest"] = inspect.get("digest") or registry.get("digest")
+    image["id"] = inspect.get("id")
+    for key in ("repo_tags", "repo_digests", "created", "architecture", "os", "size", "cmd"):
+        image[key] = inspect.get(key)
+    image["labels"] = inspect.get("labels") or registry.get("labels") or {}
+    image["env"] = inspect.get("env") or registry.get("env") or {}
+    image["disable_require"] = bool(inspect.get("disable_require"))
+    if prof:
+        image["profile_confidence"] = prof.get("confidence")
+        image["profile_source"] = prof.get("source")
+        image["notes"].extend(prof.get("notes") or [])
+    image["profile_mismatches"] = profile_mismatches(prof, image) if prof else []
+    image["gate"] = dict((key, image.get(key)) for key in GATE_KEYS)
+    return image
+
+
+def profile_mismatches(profile, image):
+    """[{field, profile, observed, source}] where an observation contradicts the profile."""
+    result = []
+    for field in ("vllm_version", "cuda_version", "require_cuda", "torch_version", "torch_cuda_version",
+                  "entrypoint"):
+        source = image["sources"].get(field)
+        if source in (None, "profile", "tag"):
+            continue
+        observed = image.get(field)
+        expected = profile.get(field)
+        if expected is None or observed is None:
+            continue
+        if field == "torch_version":
+            same = str(observed).split("+", 1)[0] == str(expected).split("+", 1)[0]
+        elif field == "torch_cuda_version":
+            same = str(observed).split(".")[:2] == str(expected).split(".")[:2]
+        else:
+            same = observed == expected
+        if not same:
+            result.append({"field": field, "profile": expected, "observed": observed, "source": source})
+    if image["sources"].get("quantization_methods") == "probe" and profile.get("quantization_methods"):
+        if sorted(image["quantization_methods"]) != sorted(profile["quantization_methods"]):
+            result.append({"field": "quantization_methods", "profile": profile["quantization_methods"],
+                           "observed": image["quantization_methods"], "source": "probe"})
+    for field, key in (("vllm_arch_list", "arch_list"), ("torch_arch_list", "torch_arch_list")):
+        source = image["sources"].get(field)
+        if source in (None, "profile") or not profile.get(key):
+            continue
+        if normalise_arch_list(profile[key]) != image.get(field):
+            result.append({"field": field, "profile": normalise_arch_list(profile[key]),
+                           "observed": image.get(field), "source": source})
+    return result

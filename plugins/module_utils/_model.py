@@ -1,0 +1,833 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the labfleet.vllm collection: this file is not a public API, its names and
+# structure may change in any release. Use the labfleet.vllm.model_facts module instead.
+"""Read a model directory without loading it: config, quantization description, weights.
+
+Pure functions (no Ansible imports). The safetensors files are never read past their JSON
+header: the weight bytes and the parameter count come from the header's ``data_offsets`` and
+``shape`` entries.
+
+Every missing or malformed input raises :class:`ModelFileError`, whose message names the file and
+says what is wrong with it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import struct
+
+# safetensors refuses headers above 100,000,000 bytes (its MAX_HEADER_SIZE); a larger length
+# word means the file is not a safetensors file (or is damaged), so nothing is read past it.
+MAX_HEADER_BYTES = 100000000
+
+INDEX_FILE = "model.safetensors.index.json"
+
+# Bits per element of each safetensors dtype. The sub-byte float dtypes (F4, F6_*) are packed.
+DTYPE_BITS = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+    "I32": 32, "U32": 32, "F32": 32,
+    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
+    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+}
+
+# Integer dtypes that quantized checkpoints use as containers for several packed low-bit values.
+PACKED_CONTAINER_DTYPES = ("U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64")
+
+# Names (last dotted component) of tensors that hold quantized weights in a packed container.
+PACKED_WEIGHT_NAMES = ("qweight", "weight_packed")
+
+# Names (last dotted component) of quantization auxiliaries: scales, zero points, group indices,
+# global scales, KV-cache scales and bitsandbytes state. They are stored elements but not model
+# parameters, so the logical parameter estimate leaves them out.
+AUX_TENSOR_NAMES = (
+    "weight_scale", "weight_scale_2", "weight_scale_inv", "weight_global_scale",
+    "input_scale", "input_global_scale", "output_scale",
+    "weight_zero_point", "weight_g_idx", "weight_shape",
+    "qzeros", "scales", "g_idx", "zeros",
+    "k_scale", "v_scale", "q_scale", "prob_scale",
+    "absmax", "quant_map", "nested_absmax", "nested_quant_map", "SCB", "weight_format",
+)
+
+# Float dtypes of unquantized checkpoints, as config.json spells them.
+_SAFETENSORS_TO_TORCH_DTYPE = {"F16": "float16", "BF16": "bfloat16", "F32": "float32"}
+
+# Every name that some vLLM release accepts for --quantization (vllm/model_executor/layers/
+# quantization/__init__.py, QuantizationMethods, in the 0.8.5, 0.19.1 and 0.20.0 sources).
+KNOWN_VLLM_METHODS = frozenset((
+    "aqlm", "awq", "awq_marlin", "bitblas", "bitsandbytes", "compressed-tensors", "cpu_awq",
+    "deepseek_v4_fp8", "deepspeedfp", "experts_int8", "fbgemm_fp8", "fp8", "fp8_per_block",
+    "fp8_per_tensor", "fp_quant", "gguf", "gpt_oss_mxfp4", "gptq", "gptq_bitblas", "gptq_marlin",
+    "gptq_marlin_24", "hqq", "humming", "inc", "int8_per_channel_weight_only", "ipex", "marlin",
+    "modelopt", "modelopt_fp4", "modelopt_mixed", "modelopt_mxfp8", "moe_wna16", "mxfp4", "mxfp8",
+    "neuron_quant", "nvfp4", "online", "petit_nvfp4", "ptpc_fp8", "qqq", "quark", "torchao",
+    "tpu_int8",
+))
+
+# Names one vLLM loader had in different releases: the ModelOpt NVFP4 config is "nvfp4" in 0.8.5
+# and "modelopt_fp4" from about 0.9 on (both read the same checkpoint layout).
+METHOD_ALIASES = {
+    "modelopt_fp4": ["modelopt_fp4", "nvfp4"],
+}
+
+# ModelOpt quant_algo -> (vLLM method, weight format, bits).
+_MODELOPT_ALGOS = {
+    "FP8": ("modelopt", "fp8", 8),
+    "NVFP4": ("modelopt_fp4", "nvfp4", 4),
+    "MXFP8": ("modelopt_mxfp8", "mxfp8", 8),
+    "MIXED_PRECISION": ("modelopt_mixed", None, None),
+}
+
+
+class ModelFileError(Exception):
+    """A file of the model directory is missing or malformed.
+
+    ``path`` is the file (or directory) concerned, ``problem`` what is wrong with it; the message
+    is ``"<path>: <problem>"``.
+    """
+
+    def __init__(self, path, problem):
+        self.path = path
+        self.problem = problem
+        super(ModelFileError, self).__init__("%s: %s" % (path, problem))
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON files
+# ---------------------------------------------------------------------------------------------
+
+
+def read_json_object(path):
+    """Return the JSON object stored in ``path``; ModelFileError if missing, unreadable or not
+    a JSON object."""
+    if not os.path.exists(path):
+        raise ModelFileError(path, "file is missing")
+    if not os.path.isfile(path):
+        raise ModelFileError(path, "is not a regular file")
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except (IOError, OSError) as exc:
+        raise ModelFileError(path, "cannot be read (%s)" % exc)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelFileError(path, "is not UTF-8 text (%s)" % exc)
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ModelFileError(path, "is not valid JSON (%s)" % exc)
+    if not isinstance(data, dict):
+        raise ModelFileError(path, "must hold a JSON object, found %s" % type(data).__name__)
+    return data
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive_int(cfg, key, path, where=""):
+    """cfg[key] as a positive int, None when absent or null; ModelFileError when of another type."""
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if not _is_int(value) or value <= 0:
+        raise ModelFileError(path, "%s%s must be a positive integer, found %r" % (where, key, value))
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# config.json
+# ---------------------------------------------------------------------------------------------
+
+# Alternative names some architectures use for the context length.
+_CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions")
+
+
+def parse_config(cfg, path="config.json"):
+    """Architecture facts from a parsed config.json.
+
+    Multimodal configs keep the language model's numbers in a nested ``text_config``; those are
+    used when the top level lacks them. ``num_key_value_heads`` defaults to the attention heads
+    (no grouped-query attention) and ``head_dim`` to ``hidden_size / num_attention_heads``.
+    """
+    notes = []
+    text_cfg = cfg.get("text_config")
+    if text_cfg is not None and not isinstance(text_cfg, dict):
+        raise ModelFileError(path, "text_config must be a JSON object, found %r" % type(text_cfg).__name__)
+    arch_cfg = cfg
+    where = ""
+    if text_cfg and cfg.get("num_hidden_layers") is None and text_cfg.get("num_hidden_layers") is not None:
+        arch_cfg = text_cfg
+        where = "text_config."
+
+    hidden_size = _positive_int(arch_cfg, "hidden_size", path, where)
+    layers = _positive_int(arch_cfg, "num_hidden_layers", path, where)
+    heads = _positive_int(arch_cfg, "num_attention_heads", path, where)
+    kv_heads = _positive_int(arch_cfg, "num_key_value_heads", path, where)
+    if kv_heads is None:
+        kv_heads = heads
+    head_dim = _positive_int(arch_cfg, "head_dim", path, where)
+    if head_dim is None and hidden_size is not None and heads is not None:
+        if hidden_size % heads:
+            raise ModelFileError(path, "%shidden_size %d is not a multiple of num_attention_heads %d and no "
+                                 "head_dim is given" % (where, hidden_size, heads))
+        head_dim = hidden_size // heads
+    context = None
+    for key in _CONTEXT_KEYS:
+        context = _positive_int(arch_cfg, key, path, where)
+        if context is None and arch_cfg is not cfg:
+            context = _positive_int(cfg, key, path)
+        if context is not None:
+            if key != "max_position_embeddings":
+                notes.append("%s: context length taken from %s" % (os.path.basename(path), key))
+            break
+
+    torch_dtype = None
+    for source in (cfg, text_cfg or {}):
+        for key in ("torch_dtype", "dtype"):
+            value = source.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise ModelFileError(path, "%s must be a string like \"bfloat16\", found %r" % (key, value))
+            torch_dtype = value
+            break
+        if torch_dtype is not None:
+            break
+
+    model_type = cfg.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise ModelFileError(path, "model_type must be a string, found %r" % (model_type,))
+    architectures = cfg.get("architectures")
+    if architectures is not None and (not isinstance(architectures, list)
+                                      or not all(isinstance(a, str) for a in architectures)):
+        raise ModelFileError(path, "architectures must be a list of strings, found %r" % (architectures,))
+    vocab_size = _positive_int(arch_cfg, "vocab_size", path, where)
+    if vocab_size is None and arch_cfg is not cfg:
+        vocab_size = _positive_int(cfg, "vocab_size", path)
+
+    return {
+        "model_type": model_type,
+        "text_model_type": text_cfg.get("model_type") if text_cfg else None,
+        "architectures": architectures,
+        "hidden_size": hidden_size,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "max_position_embeddings": context,
+        "torch_dtype": torch_dtype,
+        "vocab_size": vocab_size,
+        "text_config_used": arch_cfg is not cfg,
+    }, notes
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantization description
+# ---------------------------------------------------------------------------------------------
+
+
+def _norm(name):
+    return name.strip().lower().replace("-", "_")
+
+
+def normalise_method(raw):
+    """(vLLM --quantization name, known) for a method name as a checkpoint spells it.
+
+    ``known`` is False for names no vLLM release accepts; the name is then returned lowercased so
+    the gate reports it as unknown to the image instead of taking the model for unquantized.
+    """
+    key = _norm(raw)
+    if key in ("compressed_tensors",):
+        return "compressed-tensors", True
+    if key in ("nvfp4", "modelopt_fp4", "fp4", "modelopt_nvfp4") or key.startswith("nvfp4"):
+        return "modelopt_fp4", True
+    if key in KNOWN_VLLM_METHODS:
+        return key, True
+    return key, False
+
+
+def _empty_quant():
+    return {
+        "quantized": False, "quant_method": None, "quant_method_aliases": [], "quant_method_known": None,
+        "quant_raw_method": None, "quant_source": None, "quant_format": None, "quant_bits": None,
+        "quant_group_size": None, "quant_scale_bits": None, "quant_scheme": None,
+        "quant_source_read_by_vllm": None,
+    }
+
+
+def _quant(raw, source, method=None, known=None, fmt=None, bits=None, group=None, scale_bits=None, scheme=None):
+    if method is None:
+        method, known = normalise_method(raw)
+    q = _empty_quant()
+    q.update({
+        "quantized": True, "quant_method": method, "quant_method_aliases": list(METHOD_ALIASES.get(method, [method])),
+        "quant_method_known": known, "quant_raw_method": raw, "quant_source": source, "quant_format": fmt,
+        "quant_bits": bits, "quant_group_size": group, "quant_scale_bits": scale_bits, "quant_scheme": scheme,
+    })
+    return q
+
+
+def _opt_int(data, key, path, where=""):
+    value = data.get(key)
+    if value is None:
+        return None
+    if not _is_int(value):
+        raise ModelFileError(path, "%s%s must be an integer, found %r" % (where, key, value))
+    return value
+
+
+def _compressed_tensors(qc, source, path):
+    """compressed-tensors: the scheme of the config groups (wna16, w8a8_int8, w8a8_fp8, nvfp4)."""
+    groups = qc.get("config_groups") or {}
+    if not isinstance(groups, dict):
+        raise ModelFileError(path, "quantization_config.config_groups must be an object")
+    top_format = qc.get("format")
+    schemes = set()
+    bits_seen = set()
+    group_sizes = set()
+    formats = set()
+    for name, group in groups.items():
+        where = "quantization_config.config_groups.%s." % name
+        if not isinstance(group, dict):
+            raise ModelFileError(path, "%s must be an object" % where[:-1])
+        weights = group.get("weights") or {}
+        acts = group.get("input_activations") or {}
+        if not isinstance(weights, dict) or not isinstance(acts, dict):
+            raise ModelFileError(path, "%sweights and input_activations must be objects or null" % where)
+        w_bits = _opt_int(weights, "num_bits", path, where + "weights.")
+        a_bits = _opt_int(acts, "num_bits", path, where + "input_activations.")
+        w_type = weights.get("type") or "int"
+        a_type = acts.get("type") or "int"
+        group_size = _opt_int(weights, "group_size", path, where + "weights.")
+        fmt = group.get("format") or top_format
+        if w_bits is not None:
+            bits_seen.add(w_bits)
+        if group_size is not None:
+            group_sizes.add(group_size)
+        if (fmt == "nvfp4-pack-quantized"
+                or (w_bits == 4 and w_type == "float" and group_size == 16)):
+            schemes.add("nvfp4")
+            formats.add("nvfp4")
+        elif w_type == "float" and w_bits == 8:
+            schemes.add("w8a8_fp8" if (a_bits == 8 and a_type == "float") else "w8a16_fp8")
+            formats.add("fp8")
+        elif w_type == "int" and w_bits is not None and not acts:
+            schemes.add("wna16")
+            formats.add("int%d" % w_bits)
+        elif w_type == "int" and w_bits == 8 and a_bits == 8 and a_type == "int":
+            schemes.add("w8a8_int8")
+            formats.add("int8")
+        else:
+            schemes.add("w%sa%s_%s" % (w_bits, a_bits if a_bits else 16, w_type))
+            formats.add("%s%s" % (w_type, w_bits))
+    scheme = schemes.pop() if len(schemes) == 1 else ("mixed" if schemes else None)
+    fmt = formats.pop() if len(formats) == 1 else ("mixed" if formats else None)
+    bits = bits_seen.pop() if len(bits_seen) == 1 else None
+    group = group_sizes.pop() if len(group_sizes) == 1 else None
+    scale_bits = 8 if scheme == "nvfp4" else None
+    return _quant(qc.get("quant_method"), source, "compressed-tensors", True, fmt, bits, group, scale_bits, scheme)
+
+
+def _modelopt(algo, source, path, group=None):
+    if not isinstance(algo, str) or not algo:
+        raise ModelFileError(path, "quant_algo must be a non-empty string like \"NVFP4\" or \"FP8\", found %r" % (algo,))
+    entry = _MODELOPT_ALGOS.get(algo.upper())
+    if entry is None:
+        return _quant(algo, source, _norm(algo), False)
+    method, fmt, bits = entry
+    scale_bits = 8 if method == "modelopt_fp4" else None
+    return _quant(algo, source, method, True, fmt, bits, group, scale_bits)
+
+
+def quant_from_config_json(qc, path, key="quantization_config"):
+    """The quantization_config (or older compression_config) object of config.json."""
+    if not isinstance(qc, dict):
+        raise ModelFileError(path, "%s must be a JSON object" % key)
+    raw = qc.get("quant_method")
+    if raw is None and key == "compression_config":
+        raw = "compressed-tensors"
+    if not isinstance(raw, str) or not raw.strip():
+        raise ModelFileError(path, "%s has no quant_method string" % key)
+    source = "%s:%s" % (os.path.basename(path), key)
+    key = _norm(raw)
+    if key == "compressed_tensors":
+        return _compressed_tensors(qc, source, path)
+    if key == "modelopt":
+        return _modelopt(qc.get("quant_algo"), source, path, _opt_int(qc, "group_size", path))
+    if key == "bitsandbytes":
+        if qc.get("load_in_4bit"):
+            return _quant(raw, source, fmt=str(qc.get("bnb_4bit_quant_type") or "nf4"), bits=4)
+        if qc.get("load_in_8bit"):
+            return _quant(raw, source, fmt="int8", bits=8)
+        return _quant(raw, source)
+    bits = _opt_int(qc, "bits", path, "quantization_config.")
+    if bits is None:
+        bits = _opt_int(qc, "w_bit", path, "quantization_config.")
+    group = _opt_int(qc, "group_size", path, "quantization_config.")
+    if group is None:
+        group = _opt_int(qc, "q_group_size", path, "quantization_config.")
+    if key in ("gptq", "awq", "gptq_marlin", "awq_marlin", "marlin", "moe_wna16"):
+        return _quant(raw, source, fmt=("int%d" % bits) if bits else None, bits=bits, group=group)
+    if key in ("fp8", "fbgemm_fp8"):
+        block = qc.get("weight_block_size")
+        return _quant(raw, source, fmt="fp8", bits=8,
+                      group=block if isinstance(block, list) else None)
+    if key in ("mxfp4", "gpt_oss_mxfp4"):
+        return _quant(raw, source, fmt="mxfp4", bits=4, group=32)
+    method, known = normalise_method(raw)
+    if method == "modelopt_fp4":
+        return _quant(raw, source, fmt="nvfp4", bits=4, group=group or 16, scale_bits=8)
+    return _quant(raw, source, fmt=None, bits=bits, group=group)
+
+
+def quant_from_hf_quant_config(data, path):
+    """ModelOpt's hf_quant_config.json: {"producer": ..., "quantization": {"quant_algo": ...}}."""
+    quant = data.get("quantization")
+    if not isinstance(quant, dict):
+        raise ModelFileError(path, "has no \"quantization\" object (ModelOpt writes "
+                             "{\"quantization\": {\"quant_algo\": ...}})")
+    group = _opt_int(quant, "group_size", path, "quantization.")
+    q = _modelopt(quant.get("quant_algo"), os.path.basename(path), path, group)
+    if q["quant_method"] == "modelopt_fp4" and group is None:
+        q["quant_group_size"] = 16
+    kv = quant.get("kv_cache_quant_algo")
+    q["quant_kv_cache_algo"] = kv if isinstance(kv, str) else None
+    return q
+
+
+def quant_from_quant_config(data, path):
+    """quant_config.json / quantize_config.json.
+
+    The reference deployment's layout ``{"quant_method": "nvfp4", "block_size": 16,
+    "scale_bits": 8}``, AutoAWQ's ``{"w_bit": 4, "q_group_size": 128, ...}`` and AutoGPTQ's
+    ``{"bits": 4, "group_size": 128, ...}``.
+    """
+    source = os.path.basename(path)
+    raw = data.get("quant_method")
+    if raw is not None and (not isinstance(raw, str) or not raw.strip()):
+        raise ModelFileError(path, "quant_method must be a non-empty string, found %r" % (raw,))
+    bits = _opt_int(data, "bits", path)
+    if bits is None:
+        bits = _opt_int(data, "w_bit", path)
+    group = _opt_int(data, "block_size", path)
+    if group is None:
+        group = _opt_int(data, "group_size", path)
+    if group is None:
+        group = _opt_int(data, "q_group_size", path)
+    scale_bits = _opt_int(data, "scale_bits", path)
+    if raw is None:
+        if "w_bit" in data or "q_group_size" in data:
+            raw = "awq"
+        elif "bits" in data and "group_size" in data:
+            raw = "gptq"
+        else:
+            raise ModelFileError(path, "declares no quant_method (expected e.g. {\"quant_method\": \"nvfp4\", "
+                                 "\"block_size\": 16, \"scale_bits\": 8})")
+    method, known = normalise_method(raw)
+    fmt = None
+    if method == "modelopt_fp4":
+        fmt = "nvfp4"
+        bits = bits or 4
+        scale_bits = scale_bits or 8
+        group = group or 16
+    elif method in ("gptq", "awq") and bits:
+        fmt = "int%d" % bits
+    elif method == "fp8":
+        fmt = "fp8"
+        bits = bits or 8
+    return _quant(raw, source, method, known, fmt, bits, group, scale_bits)
+
+
+# Files vLLM looks for besides config.json's quantization_config (get_config_filenames() of each
+# method's config class in vllm 0.8.5 and 0.19.1).
+VLLM_CONFIG_FILES = {
+    "modelopt": ("hf_quant_config.json",),
+    "modelopt_fp4": ("hf_quant_config.json",),
+    "modelopt_mxfp8": ("hf_quant_config.json",),
+    "modelopt_mixed": ("hf_quant_config.json",),
+    "gptq": ("quantize_config.json",),
+    "gptq_marlin": ("quantize_config.json",),
+    "marlin": ("quantize_config.json",),
+    "moe_wna16": ("quantize_config.json",),
+    "awq": ("quant_config.json", "quantize_config.json"),
+    "awq_marlin": ("quantize_config.json",),
+}
+
+
+def source_read_by_vllm(source, method):
+    """Whether vLLM finds a description at ``source`` for ``method`` (None: cannot tell)."""
+    if source is None:
+        return None
+    if source.startswith("config.json:"):
+        return True
+    if method not in VLLM_CONFIG_FILES:
+        return None
+    return source in VLLM_CONFIG_FILES[method]
+
+
+def read_quantization(model_dir, cfg, config_path):
+    """The quantization description wherever it lives, normalised, plus notes.
+
+    Precedence follows vLLM: config.json ``quantization_config`` first, then ModelOpt's
+    hf_quant_config.json, then quant_config.json / quantize_config.json. Every file present is
+    parsed (a malformed one raises even when another file wins); disagreements become notes.
+    """
+    found = []
+    text_cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    for key, holder in (("quantization_config", cfg), ("quantization_config", text_cfg),
+                        ("compression_config", cfg)):
+        if holder.get(key) is not None:
+            q = quant_from_config_json(holder[key], config_path, key)
+            if holder is text_cfg:
+                q["quant_source"] = "config.json:text_config.%s" % key
+            found.append(q)
+            break
+    hf_path = os.path.join(model_dir, "hf_quant_config.json")
+    if os.path.exists(hf_path):
+        found.append(quant_from_hf_quant_config(read_json_object(hf_path), hf_path))
+    for name in ("quant_config.json", "quantize_config.json"):
+        qpath = os.path.join(model_dir, name)
+        if os.path.exists(qpath):
+            found.append(quant_from_quant_config(read_json_object(qpath), qpath))
+    notes = []
+    if not found:
+        return _empty_quant(), notes
+    chosen = found[0]
+    for other in found[1:]:
+        if other["quant_method"] != chosen["quant_method"]:
+            notes.append("%s says %s but %s says %s; vLLM follows %s" % (
+                chosen["quant_source"], chosen["quant_method"], other["quant_source"], other["quant_method"],
+                chosen["quant_source"]))
+        else:
+            for key in ("quant_format", "quant_bits", "quant_group_size", "quant_scale_bits"):
+                if chosen.get(key) is None and other.get(key) is not None:
+                    chosen[key] = other[key]
+    chosen["quant_source_read_by_vllm"] = source_read_by_vllm(chosen["quant_source"], chosen["quant_method"])
+    if chosen["quant_source_read_by_vllm"] is False:
+        notes.append("%s describes %s, but vLLM's %s loader reads its description from %s, not from %s: "
+                     "native loading needs that file (or a vLLM build with its own loader); dequantizing to "
+                     "fp16 works with any build" % (
+                         chosen["quant_source"], chosen["quant_method"], chosen["quant_method"],
+                         " or ".join(["config.json quantization_config"] + list(VLLM_CONFIG_FILES.get(
+                             chosen["quant_method"], ()))), chosen["quant_source"]))
+    if chosen["quant_method_known"] is False:
+        notes.append("%s names quantization method %r, which no vLLM release known to this probe accepts"
+                     % (chosen["quant_source"], chosen["quant_raw_method"]))
+    return chosen, notes
+
+
+# ---------------------------------------------------------------------------------------------
+# safetensors headers
+# ---------------------------------------------------------------------------------------------
+
+
+def read_safetensors_header(path, max_header_bytes=MAX_HEADER_BYTES):
+    """Parse the header of one safetensors file (never its tensor data).
+
+    Layout: an 8-byte little-endian unsigned header length N, N bytes of UTF-8 JSON mapping tensor
+    names to ``{"dtype", "shape", "data_offsets": [begin, end]}`` (offsets relative to the data
+    area after the header), optionally ``"__metadata__"``, then the data area.
+
+    Returns ``{"file", "file_bytes", "header_bytes", "data_bytes", "tensors": {name: {...}},
+    "metadata"}``. Raises ModelFileError for truncated files, absurd header lengths, malformed JSON
+    and offsets that do not match the shapes or the data area (safetensors refuses such files too).
+    """
+    try:
+        with open(path, "rb") as handle:
+            file_bytes = os.fstat(handle.fileno()).st_size
+            prefix = handle.read(8)
+            if len(prefix) < 8:
+                raise ModelFileError(path, "truncated: %d bytes, shorter than the 8-byte header length" % len(prefix))
+            (length,) = struct.unpack("<Q", prefix)
+            if length == 0:
+                raise ModelFileError(path, "header length is 0: not a safetensors file")
+            if length > max_header_bytes:
+                raise ModelFileError(path, "header length %d exceeds the %d-byte limit: not a safetensors "
+                                     "file, or damaged" % (length, max_header_bytes))
+            if length > file_bytes - 8:
+                raise ModelFileError(path, "truncated: header claims %d bytes but only %d follow the length "
+                                     "word" % (length, file_bytes - 8))
+            raw = handle.read(length)
+    except (IOError, OSError) as exc:
+        raise ModelFileError(path, "cannot be read (%s)" % exc)
+    if len(raw) < length:
+        raise ModelFileError(path, "truncated: header claims %d bytes, read %d" % (length, len(raw)))
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ModelFileError(path, "header is not valid UTF-8 JSON (%s)" % exc)
+    if not isinstance(header, dict):
+        raise ModelFileError(path, "header must be a JSON object")
+    data_bytes = file_bytes - 8 - length
+    metadata = header.pop("__metadata__", None)
+    if metadata is not None and not isinstance(metadata, dict):
+        raise ModelFileError(path, "__metadata__ must be an object")
+    tensors = {}
+    spans = []
+    for name, info in header.items():
+        if not isinstance(info, dict):
+            raise ModelFileError(path, "tensor %r: entry must be an object" % name)
+        dtype = info.get("dtype")
+        shape = info.get("shape")
+        offsets = info.get("data_offsets")
+        if not isinstance(dtype, str):
+            raise ModelFileError(path, "tensor %r: dtype must be a string" % name)
+        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+            raise ModelFileError(path, "tensor %r: shape must be a list of non-negative integers" % name)
+        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets)
+                or offsets[0] < 0 or offsets[1] < offsets[0]):
+            raise ModelFileError(path, "tensor %r: data_offsets must be [begin, end] with 0 <= begin <= end" % name)
+        if offsets[1] > data_bytes:
+            raise ModelFileError(path, "truncated: tensor %r ends at byte %d of the data area but the file "
+                                 "holds only %d data bytes" % (name, offsets[1], data_bytes))
+        numel = 1
+        for dim in shape:
+            numel *= dim
+        span = offsets[1] - offsets[0]
+        bits = DTYPE_BITS.get(dtype)
+        if bits is not None and span != (numel * bits + 7) // 8:
+            raise ModelFileError(path, "tensor %r: data_offsets span %d bytes but shape %r of %s needs %d"
+                                 % (name, span, shape, dtype, (numel * bits + 7) // 8))
+        tensors[name] = {"dtype": dtype, "shape": shape, "numel": numel, "bytes": span,
+                         "dtype_known": bits is not None}
+        spans.append((offsets[0], offsets[1], name))
+    spans.sort()
+    position = 0
+    for begin, end, name in spans:
+        if begin != position:
+            if begin < position:
+                raise ModelFileError(path, "tensor %r overlaps the tensor before it in the data area" % name)
+            raise ModelFileError(path, "%d bytes of the data area before tensor %r belong to no tensor"
+                                 % (begin - position, name))
+        position = end
+    if position != data_bytes:
+        raise ModelFileError(path, "%d bytes at the end of the data area belong to no tensor (safetensors "
+                             "refuses such files)" % (data_bytes - position))
+    return {"file": path, "file_bytes": file_bytes, "header_bytes": 8 + length, "data_bytes": data_bytes,
+            "tensors": tensors, "metadata": metadata}
+
+
+def read_index(path):
+    """model.safetensors.index.json: (weight_map {tensor: shard file name}, total_size or None)."""
+    data = read_json_object(path)
+    weight_map = data.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ModelFileError(path, "weight_map must be a non-empty object of tensor name -> shard file")
+    for tensor, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard:
+            raise ModelFileError(path, "weight_map[%r] must be a file name" % tensor)
+        if "/" in shard or "\\" in shard or shard in (".", ".."):
+            raise ModelFileError(path, "weight_map[%r] = %r: shards must be plain file names in the model "
+                                 "directory" % (tensor, shard))
+    total = None
+    metadata = data.get("metadata")
+    if isinstance(metadata, dict) and _is_int(metadata.get("total_size")):
+        total = metadata["total_size"]
+    return weight_map, total
+
+
+def _last_component(name):
+    return name.rsplit(".", 1)[-1]
+
+
+def _is_aux(name):
+    return _last_component(name) in AUX_TENSOR_NAMES or ".quant_state." in name
+
+
+def count_parameters(tensors, quant_bits=None, quantized=False):
+    """(stored elements, logical estimate or None, how) over ``{name: {"dtype", "numel"}}``.
+
+    ``stored`` counts every element of every tensor as the file stores it, so a uint8 tensor
+    holding two 4-bit values counts once and scales count too. ``logical`` estimates the model's
+    parameters: packed containers (``qweight``, ``weight_packed``, or an integer-typed ``weight``
+    in a quantized checkpoint) count ``container bits / quantization bits`` values per element,
+    and quantization auxiliaries (scales, zero points, group indices, bitsandbytes state) are left
+    out. It is None when the checkpoint is quantized but its bit width is unknown, or a container
+    does not divide evenly.
+    """
+    stored = 0
+    logical = 0
+    unknown = False
+    unpacked = False
+    for name, info in tensors.items():
+        numel = info["numel"]
+        stored += numel
+        if not quantized:
+            logical += numel
+            continue
+        if _is_aux(name):
+            continue
+        dtype = info["dtype"]
+        last = _last_component(name)
+        packed = dtype in PACKED_CONTAINER_DTYPES and (last in PACKED_WEIGHT_NAMES or last == "weight")
+        if not packed:
+            logical += numel
+            continue
+        container = DTYPE_BITS[dtype]
+        if not quant_bits or (numel * container) % quant_bits:
+            unknown = True
+            continue
+        logical += numel * container // quant_bits
+        unpacked = unpacked or container != quant_bits
+    if unknown:
+        return stored, None, "unknown"
+    if not quantized:
+        return stored, logical, "stored"
+    return stored, logical, ("unpacked" if unpacked else "stored_without_aux")
+
+
+def read_weights(model_dir, max_header_bytes=MAX_HEADER_BYTES):
+    """Headers of the weights vLLM would load: the shards named by model.safetensors.index.json
+    when it exists, otherwise every ``*.safetensors`` file of the directory (not recursive)."""
+    notes = []
+    index_path = os.path.join(model_dir, INDEX_FILE)
+    try:
+        names = sorted(os.listdir(model_dir))
+    except OSError as exc:
+        raise ModelFileError(model_dir, "cannot list the directory (%s)" % exc)
+    present = [n for n in names if n.endswith(".safetensors") and os.path.isfile(os.path.join(model_dir, n))]
+    weight_map = None
+    total_size = None
+    if os.path.exists(index_path):
+        weight_map, total_size = read_index(index_path)
+        shards = sorted(set(weight_map.values()))
+        for shard in shards:
+            if not os.path.isfile(os.path.join(model_dir, shard)):
+                raise ModelFileError(index_path, "names shard %s, which is missing from %s" % (shard, model_dir))
+        extra = sorted(set(present) - set(shards))
+        if extra:
+            notes.append("%s not named in %s; vLLM ignores them, so they are not counted"
+                         % (", ".join(extra), INDEX_FILE))
+    else:
+        shards = present
+    if not shards:
+        others = [n for n in names if n.endswith((".bin", ".pt", ".pth", ".gguf"))]
+        hint = (" (found %s, which this probe does not read)" % ", ".join(others[:5])) if others else ""
+        raise ModelFileError(model_dir, "no *.safetensors weight files%s" % hint)
+    headers = []
+    for shard in shards:
+        headers.append(read_safetensors_header(os.path.join(model_dir, shard), max_header_bytes))
+    if weight_map is not None:
+        by_file = dict((os.path.basename(h["file"]), h) for h in headers)
+        for tensor, shard in sorted(weight_map.items()):
+            if tensor not in by_file[shard]["tensors"]:
+                raise ModelFileError(index_path, "says tensor %r is in %s, but that file's header has no such "
+                                     "tensor" % (tensor, shard))
+        data_total = sum(h["data_bytes"] for h in headers)
+        if total_size is not None and total_size != data_total:
+            notes.append("%s metadata.total_size is %d but the shards hold %d tensor bytes"
+                         % (INDEX_FILE, total_size, data_total))
+    seen = {}
+    for header in headers:
+        for tensor in header["tensors"]:
+            if tensor in seen:
+                raise ModelFileError(header["file"], "tensor %r is also stored in %s" % (tensor, seen[tensor]))
+            seen[tensor] = os.path.basename(header["file"])
+    return headers, (INDEX_FILE if weight_map is not None else None), notes
+
+
+# ---------------------------------------------------------------------------------------------
+# Disk
+# ---------------------------------------------------------------------------------------------
+
+
+def disk_usage(path):
+    """{free_bytes (available to unprivileged users), total_bytes} of the filesystem holding path."""
+    try:
+        st = os.statvfs(path)
+    except OSError as exc:
+        raise ModelFileError(path, "cannot stat the filesystem (%s)" % exc)
+    return {"disk_free_bytes": st.f_bavail * st.f_frsize, "disk_total_bytes": st.f_blocks * st.f_frsize}
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole directory
+# ---------------------------------------------------------------------------------------------
+
+GATE_KEYS = ("weight_bytes", "param_count", "quant_method", "num_hidden_layers", "num_key_value_heads",
+             "head_dim", "max_position_embeddings", "torch_dtype")
+
+
+def gate_input(model):
+    """The dict labfleet.vllm.deploy_gate takes as its ``model`` option."""
+    gate = dict((key, model.get(key)) for key in GATE_KEYS)
+    if model.get("param_count_logical") is not None:
+        gate["param_count"] = model["param_count_logical"]
+    return gate
+
+
+def read_model_dir(model_dir, max_header_bytes=MAX_HEADER_BYTES):
+    """Everything model_facts reports about ``model_dir`` (see the module's RETURN)."""
+    if not os.path.exists(model_dir):
+        raise ModelFileError(model_dir, "model directory does not exist")
+    if not os.path.isdir(model_dir):
+        raise ModelFileError(model_dir, "is not a directory (give the directory holding config.json)")
+    config_path = os.path.join(model_dir, "config.json")
+    cfg = read_json_object(config_path)
+    model = {"path": model_dir}
+    arch, notes = parse_config(cfg, config_path)
+    model.update(arch)
+    quant, quant_notes = read_quantization(model_dir, cfg, config_path)
+    model.update(quant)
+    notes.extend(quant_notes)
+
+    headers, index_name, weight_notes = read_weights(model_dir, max_header_bytes)
+    notes.extend(weight_notes)
+    tensors = {}
+    dtype_elements = {}
+    dtype_bytes = {}
+    for header in headers:
+        for name, info in header["tensors"].items():
+            tensors[name] = info
+            dtype_elements[info["dtype"]] = dtype_elements.get(info["dtype"], 0) + info["numel"]
+            dtype_bytes[info["dtype"]] = dtype_bytes.get(info["dtype"], 0) + info["bytes"]
+    unknown_dtypes = sorted(d for d in dtype_elements if d not in DTYPE_BITS)
+    if unknown_dtypes:
+        notes.append("dtypes %s are unknown to this probe; their sizes were taken from data_offsets unchecked"
+                     % ", ".join(unknown_dtypes))
+    stored, logical, how = count_parameters(tensors, model["quant_bits"], model["quantized"])
+    model.update({
+        "weight_index": index_name,
+        "weight_files": [{"file": os.path.basename(h["file"]), "file_bytes": h["file_bytes"],
+                          "data_bytes": h["data_bytes"], "tensors": len(h["tensors"])} for h in headers],
+        "weight_bytes": sum(h["data_bytes"] for h in headers),
+        "weight_file_bytes": sum(h["file_bytes"] for h in headers),
+        "tensor_count": len(tensors),
+        "dtypes": sorted(dtype_elements),
+        "dtype_bytes": dtype_bytes,
+        "param_count": stored,
+        "param_count_logical": logical,
+        "param_count_method": how,
+        "fp16_weight_bytes": logical * 2 if logical is not None else None,
+    })
+    if model["quantized"] and logical is None:
+        notes.append("param_count_logical unknown: the quantization bit width is not declared, so packed "
+                     "weights cannot be unpacked honestly")
+    model["torch_dtype_source"] = "config.json" if model["torch_dtype"] else None
+    if model["torch_dtype"] is None:
+        floats = dict((d, b) for d, b in dtype_bytes.items() if d in _SAFETENSORS_TO_TORCH_DTYPE)
+        if floats:
+            dominant = max(sorted(floats), key=lambda d: floats[d])
+            model["torch_dtype"] = _SAFETENSORS_TO_TORCH_DTYPE[dominant]
+            model["torch_dtype_source"] = "safetensors"
+            notes.append("config.json declares no torch_dtype; %s taken from the dominant float dtype of the "
+                         "weights" % model["torch_dtype"])
+    model["has_generation_config"] = os.path.isfile(os.path.join(model_dir, "generation_config.json"))
+    model["has_tokenizer"] = any(os.path.isfile(os.path.join(model_dir, n))
+                                 for n in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json"))
+    if not model["has_tokenizer"]:
+        notes.append("no tokenizer.json, tokenizer.model or tokenizer_config.json in %s; vLLM needs a tokenizer "
+                     "(or --tokenizer pointing elsewhere)" % model_dir)
+    model.update(disk_usage(model_dir))
+    model["notes"] = notes
+    model["gate"] = gate_input(model)
+    return model
