@@ -1,0 +1,950 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the labfleet.vllm collection: this file is not a public API, its names and
+# structure may change in any release. Use the labfleet.vllm.deploy_gate module instead.
+#
+# The shipped compatibility policy, as Python data (AnsiballZ ships only ``.py`` files from
+# module_utils to a managed host, so the data lives here rather than in a YAML file).
+# Every entry carries a ``source`` (keys explained in SOURCES) and a ``confidence``:
+#   verified     read in a primary source or in two independent verbatim copies
+#   third_party  only seen in third-party copies of an NVIDIA table or page
+#   inferred     derived from verified facts by reasoning; check before relying on it
+# The data follows the collection's reference material (compat_matrix.yaml and facts.md);
+# tests/unit/plugins/module_utils/test_policy.py checks it against compat_matrix.yaml.
+#
+# Besides the data this file holds three small pieces of pure logic that belong to it:
+# version parsing, the NVIDIA_REQUIRE_CUDA parser/evaluator, and merge_policy(), which
+# deep-merges a user's override dict over the shipped data and validates the result.
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import math
+import re
+
+POLICY_VERSION = "1.0.0"
+
+# ---------------------------------------------------------------------------------------------
+# Source keys
+# ---------------------------------------------------------------------------------------------
+SOURCES = {
+    "S-RN-TABLE3": "NVIDIA CUDA Toolkit Release Notes, Table 3 'CUDA Toolkit and Corresponding Driver "
+                   "Versions', https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html "
+                   "(rows read in three third-party verbatim copies)",
+    "S-MVC": "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html",
+    "S-FWD": "https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html",
+    "S-ARCHMATRIX": "https://docs.nvidia.com/datacenter/tesla/drivers/"
+                    "cuda-toolkit-driver-and-architecture-matrix.html",
+    "S-DCDRV": "https://docs.nvidia.com/datacenter/tesla/drivers/"
+               "supported-drivers-and-cuda-toolkit-versions.html (+ /615/ and /620/ variants)",
+    "S-RUNFILE": "CUDA runfile names, e.g. cuda_13.0.2_580.95.05_linux.run (third-party copies)",
+    "S-CUDAIMG": "nvidia/cuda image NVIDIA_REQUIRE_CUDA strings (third-party copies)",
+    "S-CTK-DOCS": "NVIDIA/cloud-native-docs container-toolkit/docker-specialized.md "
+                  "(NVIDIA_REQUIRE_*: space = OR, comma = AND)",
+    "S-OPENMOD": "NVIDIA blog 'NVIDIA Transitions Fully Towards Open-Source GPU Kernel Modules'",
+    "S-PT-BUILD": "pytorch/pytorch .ci/manywheel/build_cuda.sh and third-party copies",
+    "S-PT-ISSUES": "pytorch/pytorch#157517, #157558, #146265, #172352",
+    "S-VLLM-SDIST": "vllm-project/vllm release sources (PyPI sdists): docker/Dockerfile, docs, "
+                    "vllm/platforms/cuda.py, vllm/model_executor/layers/quantization/*",
+    "S-VLLM-QUANT": "vllm get_min_capability() of each quantization method, "
+                    "vllm@0.8.5 and vllm@0.19.1 (facts.md section 3.7)",
+    "S-NIXOS-1880": "NixOS/nixos-hardware#1880 (595.71.05 refusing a Pascal GPU, '580.xx Legacy drivers')",
+    "S-FACTS-8": "facts.md section 8 (memory planning), vllm v1/worker/gpu_worker.py "
+                 "determine_available_memory, v1/kv_cache_interface.py",
+    "user": "a user override (policy option / preflight role variable)",
+}
+
+# ---------------------------------------------------------------------------------------------
+# CUDA toolkit -> minimum Linux driver (x86_64) and minor-version-compatibility floor.
+# Keyed by the full toolkit version (GA = .0, U1 = .1, ...); ``label`` is the release-notes name.
+# ---------------------------------------------------------------------------------------------
+
+
+def _tk(label, min_driver, mvc_floor, source="S-RN-TABLE3", confidence="verified"):
+    return {"label": label, "min_linux_driver": min_driver, "mvc_floor": mvc_floor,
+            "source": source, "confidence": confidence}
+
+
+CUDA_TOOLKITS = {
+    "12.0.0": _tk("12.0 GA", "525.60.13", "525"),
+    "12.0.1": _tk("12.0 U1", "525.85.12", "525"),
+    "12.1.0": _tk("12.1 GA", "530.30.02", "525"),
+    "12.1.1": _tk("12.1 U1", "530.30.02", "525"),
+    "12.2.0": _tk("12.2 GA", "535.54.03", "525"),
+    "12.2.1": _tk("12.2 U1", "535.86.09", "525"),
+    "12.2.2": _tk("12.2 U2", "535.104.05", "525"),
+    "12.3.0": _tk("12.3 GA", "545.23.06", "525"),
+    "12.3.1": _tk("12.3 U1", "545.23.08", "525"),
+    "12.4.0": _tk("12.4 GA", "550.54.14", "525"),
+    "12.4.1": _tk("12.4 U1", "550.54.15", "525"),
+    "12.5.0": _tk("12.5 GA", "555.42.02", "525"),
+    "12.5.1": _tk("12.5 U1", "555.42.06", "525"),
+    "12.6.0": _tk("12.6 GA", "560.28.03", "525"),
+    "12.6.1": _tk("12.6 U1", "560.35.03", "525"),
+    "12.6.2": _tk("12.6 U2", "560.35.03", "525"),
+    "12.6.3": _tk("12.6 U3", "560.35.05", "525"),
+    # There is no CUDA 12.7 release (12.6 U3 is followed by 12.8 GA).
+    "12.8.0": _tk("12.8 GA", "570.26", "525"),
+    "12.8.1": _tk("12.8 U1", "570.124.06", "525"),
+    "12.9.0": _tk("12.9 GA", "575.51.03", "525"),
+    "12.9.1": _tk("12.9 U1", "575.57.08", "525"),
+    "13.0.0": _tk("13.0 GA", "580.65.06", "580"),
+    "13.0.1": _tk("13.0 U1", "580.82.07", "580", confidence="third_party"),
+    "13.0.2": _tk("13.0 U2", "580.95.05", "580", source="S-RN-TABLE3; S-RUNFILE"),
+    "13.1.0": _tk("13.1 GA", "590.44.01", "580", confidence="third_party"),
+    "13.1.1": _tk("13.1 U1", "590.48.01", "580", confidence="third_party"),
+    "13.2.0": _tk("13.2 GA", "595.45.04", "580", confidence="third_party"),
+    "13.2.1": _tk("13.2 U1", "595.58.03", "580", confidence="third_party"),
+    "13.2.2": _tk("13.2 U2", "595.71.05", "580", confidence="third_party"),
+}
+
+# Minor version compatibility (MVC): an app built with any toolkit of a major family runs, with a
+# limited feature set (no JIT of PTX newer than the driver), on a driver >= driver_min.
+MINOR_VERSION_COMPATIBILITY = {
+    "11": {"driver_min": "450", "note": "11.0 needs 450.80.02+ for MVC", "source": "S-MVC",
+           "confidence": "verified"},
+    "12": {"driver_min": "525", "source": "S-MVC", "confidence": "verified"},
+    "13": {"driver_min": "580", "source": "S-MVC", "confidence": "verified"},
+}
+
+# Branches that the NVIDIA_REQUIRE_CUDA string of nvidia/cuda images admits besides the ``cuda>=``
+# clause (forward compatibility through the cuda-compat libraries in the image; data-center GPUs).
+FORWARD_COMPAT_IMAGE_BRANCHES = {
+    "12.4": {"branches": [470, 525], "note": "string truncated in the copy read; may list more",
+             "source": "S-CUDAIMG", "confidence": "verified"},
+    "12.8": {"branches": [470, 535, 550, 560, 565], "source": "S-CUDAIMG", "confidence": "verified"},
+    "12.9": {"branches": [535, 550, 560, 565, 570], "source": "S-CUDAIMG", "confidence": "verified"},
+}
+
+# The lowest compute capability each CUDA major can build code for (nvcc offline targets): an
+# image built with CUDA 13 carries no code for Volta (7.0) or older.
+CUDA_MIN_TARGET_CC = {
+    "11": {"min_cc": "3.5", "source": "S-ARCHMATRIX", "confidence": "verified"},
+    "12": {"min_cc": "5.0", "source": "S-ARCHMATRIX", "confidence": "verified"},
+    "13": {"min_cc": "7.5", "source": "S-ARCHMATRIX", "confidence": "verified",
+           "note": "CUDA 13.0 removed offline compilation for 5.x, 6.x, 7.0 and 7.2"},
+}
+
+# Brands named in those strings (nvidia/cuda 12.8 image ENV) plus the consumer brands.
+REQUIRE_CUDA_BRANDS = ["unknown", "grid", "tesla", "nvidia", "quadro", "quadrortx", "nvidiartx",
+                       "vapps", "vpc", "vcs", "vws", "cloudgaming", "geforce", "titan"]
+
+# ---------------------------------------------------------------------------------------------
+# Driver branches. ``max_cuda_native``: the CUDA version the driver reports (what ``cuda>=`` in
+# NVIDIA_REQUIRE_CUDA is compared against). ``eol``: "YYYY-MM" (end of life from that month on),
+# True (listed as end of life, date unknown) or None (supported / not known).
+# Branches older than the newest one here and missing from it are treated as end of life:
+# S-DCDRV says "All other previous driver branches not listed ... are end of life".
+# ---------------------------------------------------------------------------------------------
+DRIVER_BRANCHES = {
+    "470": {"max_cuda_native": "11.4", "designation": "LTSB", "eol": True,
+            "source": "S-ARCHMATRIX; S-DCDRV", "confidence": "verified"},
+    "525": {"max_cuda_native": "12.0", "eol": True, "source": "S-RN-TABLE3; S-DCDRV",
+            "confidence": "verified"},
+    "530": {"max_cuda_native": "12.1", "eol": True, "source": "S-RN-TABLE3; S-DCDRV",
+            "confidence": "inferred"},
+    "535": {"max_cuda_native": "12.2", "designation": "LTSB", "eol": "2026-06",
+            "source": "S-RN-TABLE3; S-DCDRV", "confidence": "verified"},
+    "545": {"max_cuda_native": "12.3", "eol": True, "source": "S-RN-TABLE3; S-DCDRV",
+            "confidence": "verified"},
+    "550": {"max_cuda_native": "12.4", "designation": "Production Branch", "eol": True,
+            "note": "listed as end of life on S-DCDRV; exact date not read",
+            "source": "S-RN-TABLE3; S-DCDRV", "confidence": "verified"},
+    "555": {"max_cuda_native": "12.5", "eol": True, "source": "S-RN-TABLE3; S-DCDRV",
+            "confidence": "verified"},
+    "560": {"max_cuda_native": "12.6", "eol": True,
+            "note": "first branch whose installers default to the open kernel modules",
+            "source": "S-RN-TABLE3; S-DCDRV; S-OPENMOD", "confidence": "verified"},
+    "565": {"max_cuda_native": "12.7", "eol": True,
+            "note": "no CUDA 12.7 toolkit exists; the 565 driver API level sits between 12.6 and 12.8",
+            "source": "S-DCDRV; S-CUDAIMG", "confidence": "inferred"},
+    "570": {"max_cuda_native": "12.8", "designation": "Production Branch", "eol": "2026-02",
+            "source": "S-RN-TABLE3; S-DCDRV", "confidence": "verified"},
+    "575": {"max_cuda_native": "12.9", "eol": True, "source": "S-RN-TABLE3; S-DCDRV",
+            "confidence": "verified"},
+    "580": {"max_cuda_native": "13.0", "designation": "LTSB", "eol": "2028-08",
+            "note": "later page revisions (/615/, /620/) say June 2028; last branch for Maxwell, "
+                    "Pascal and Volta",
+            "source": "S-ARCHMATRIX; S-DCDRV; S-NIXOS-1880", "confidence": "verified"},
+    "590": {"max_cuda_native": "13.1", "eol": None, "source": "S-RN-TABLE3; S-ARCHMATRIX",
+            "confidence": "third_party"},
+    "595": {"max_cuda_native": "13.2", "designation": "Production Branch", "eol": "2027-03",
+            "source": "S-DCDRV; S-NIXOS-1880", "confidence": "verified"},
+}
+
+# ---------------------------------------------------------------------------------------------
+# Architectures. ``cc``: compute capabilities; ``max_driver_branch``: the last branch that drives
+# the architecture (None: ongoing); ``min_driver_branch``: the first branch that does (derived from
+# the first CUDA release for the architecture; inferred); ``kernel_module``: proprietary (the open
+# modules do not support it), either, or open (open modules required).
+# ---------------------------------------------------------------------------------------------
+ARCHITECTURES = {
+    "kepler": {"label": "Kepler", "cc": ["3.0", "3.2", "3.5", "3.7"], "max_driver_branch": 470,
+               "min_driver_branch": None, "last_cuda": "11.x (3.5/3.7), 10.x (3.0/3.2)",
+               "kernel_module": "proprietary",
+               "note": "R470 read for 3.5/3.7; for 3.0/3.2 the last branch was not read (inferred R470)",
+               "source": "S-ARCHMATRIX; S-OPENMOD", "confidence": "verified"},
+    "maxwell": {"label": "Maxwell", "cc": ["5.0", "5.2", "5.3"], "max_driver_branch": 580,
+                "min_driver_branch": None, "last_cuda": "12.x", "kernel_module": "proprietary",
+                "source": "S-ARCHMATRIX; S-NIXOS-1880; S-OPENMOD", "confidence": "verified"},
+    "pascal": {"label": "Pascal", "cc": ["6.0", "6.1", "6.2"], "max_driver_branch": 580,
+               "min_driver_branch": None, "last_cuda": "12.x", "kernel_module": "proprietary",
+               "source": "S-ARCHMATRIX; S-NIXOS-1880; S-OPENMOD", "confidence": "verified"},
+    "volta": {"label": "Volta", "cc": ["7.0", "7.2"], "max_driver_branch": 580,
+              "min_driver_branch": None, "last_cuda": "12.x", "kernel_module": "proprietary",
+              "note": "7.2 (Xavier) is a Jetson part",
+              "source": "S-ARCHMATRIX; S-NIXOS-1880; S-OPENMOD", "confidence": "verified"},
+    "turing": {"label": "Turing", "cc": ["7.5"], "max_driver_branch": None, "min_driver_branch": 410,
+               "last_cuda": "ongoing", "kernel_module": "either",
+               "note": "min_driver_branch inferred from first CUDA 10.0",
+               "source": "S-ARCHMATRIX; S-OPENMOD", "confidence": "verified"},
+    "ampere": {"label": "Ampere", "cc": ["8.0", "8.6", "8.7"], "max_driver_branch": None,
+               "min_driver_branch": 450, "last_cuda": "ongoing", "kernel_module": "either",
+               "note": "min_driver_branch inferred from first CUDA 11.0",
+               "source": "S-ARCHMATRIX; S-OPENMOD", "confidence": "verified"},
+    "ada": {"label": "Ada Lovelace", "cc": ["8.9"], "max_driver_branch": None, "min_driver_branch": 520,
+            "last_cuda": "ongoing", "kernel_module": "either",
+            "note": "min_driver_branch inferred from first CUDA 11.8",
+            "source": "S-ARCHMATRIX", "confidence": "inferred"},
+    "hopper": {"label": "Hopper", "cc": ["9.0"], "max_driver_branch": None, "min_driver_branch": 520,
+               "last_cuda": "ongoing", "kernel_module": "either",
+               "note": "min_driver_branch inferred from first CUDA 11.8; Grace Hopper needs the open modules",
+               "source": "S-ARCHMATRIX", "confidence": "inferred"},
+    "blackwell": {"label": "Blackwell", "cc": ["10.0", "10.3", "11.0", "12.0", "12.1"],
+                  "max_driver_branch": None, "min_driver_branch": 570, "last_cuda": "ongoing",
+                  "kernel_module": "open",
+                  "note": "first CUDA 12.8 (570.26); open modules required (blog, not in facts.md)",
+                  "source": "S-ARCHMATRIX; S-RN-TABLE3; S-OPENMOD", "confidence": "inferred"},
+}
+
+# ---------------------------------------------------------------------------------------------
+# Data types (as vLLM gates them: vllm/platforms/cuda.py supported_dtypes/check_if_supports_dtype)
+# ---------------------------------------------------------------------------------------------
+DTYPES = {
+    "bfloat16": {"min_cc": "8.0", "bytes": 2, "source": "S-VLLM-SDIST", "confidence": "verified"},
+    "float16": {"min_cc": "6.0", "bytes": 2, "note": "tensor cores from 7.0", "source": "S-VLLM-SDIST",
+                "confidence": "verified"},
+    "float32": {"min_cc": "0.0", "bytes": 4, "source": "S-VLLM-SDIST", "confidence": "verified"},
+}
+DTYPE_ALIASES = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32",
+                 "fp32": "float32"}
+
+# KV cache dtypes (--kv-cache-dtype); "auto" follows the model dtype.
+KV_CACHE_DTYPES = {
+    "auto": {"bytes": None},
+    "float16": {"bytes": 2},
+    "bfloat16": {"bytes": 2},
+    "fp8": {"bytes": 1},
+    "fp8_e4m3": {"bytes": 1},
+    "fp8_e5m2": {"bytes": 1},
+    "fp8_inc": {"bytes": 1},
+    "fp8_ds_mla": {"bytes": 1},
+}
+
+# Native FP8 GEMM and FP8 KV cache; the FP8 KV cache on sm_70 is not verified.
+FP8_KV_CACHE_VERIFIED_MIN_CC = "8.0"
+
+# ---------------------------------------------------------------------------------------------
+# vLLM
+# ---------------------------------------------------------------------------------------------
+# Minimum compute capability per vLLM version ("since" version -> min CC).
+VLLM_MIN_COMPUTE_CAPABILITY = {
+    "0.0.0": {"min_cc": "7.0", "source": "S-VLLM-SDIST (docs: 'compute capability 7.0 or higher', "
+                                         "0.8.5 through 0.19.1)", "confidence": "verified"},
+    "0.20.0": {"min_cc": "7.5", "source": "S-VLLM-SDIST (docs: 'compute capability 7.5 or higher')",
+               "confidence": "verified"},
+}
+
+# Known vllm/vllm-openai releases (docker/Dockerfile in each release's source). ``torch_arch``:
+# the arch list of the torch wheel in the image where it differs from vLLM's own list.
+VLLM_RELEASES = {
+    "0.6.3": {"cuda_base": "12.4.1", "torch": "2.4.0", "vllm_arch": "7.0 7.5 8.0 8.6 8.9 9.0+PTX",
+              "source": "S-VLLM-SDIST", "confidence": "verified"},
+    "0.7.3": {"cuda_base": "12.4.1", "torch": "2.5.1", "vllm_arch": "7.0 7.5 8.0 8.6 8.9 9.0+PTX",
+              "source": "S-VLLM-SDIST", "confidence": "verified"},
+    "0.8.5": {"cuda_base": "12.4.1", "torch": "2.6.0", "vllm_arch": "7.0 7.5 8.0 8.6 8.9 9.0+PTX",
+              "note": "last release whose image is CUDA 12.4; V0 engine on CC < 8.0",
+              "source": "S-VLLM-SDIST", "confidence": "verified"},
+    "0.9.0": {"cuda_base": "12.8.1", "torch": "2.7.0", "vllm_arch": "7.0 7.5 8.0 8.9 9.0 10.0+PTX",
+              "torch_arch": "7.5 8.0 8.6 9.0 10.0 12.0",
+              "note": "torch 2.7 cu128 has no sm_70 (vllm#19185)",
+              "source": "S-VLLM-SDIST; S-PT-ISSUES", "confidence": "inferred"},
+    "0.9.2": {"cuda_base": "12.8.1", "torch": "2.7.0", "vllm_arch": "7.0 7.5 8.0 8.9 9.0 10.0 12.0",
+              "torch_arch": "7.5 8.0 8.6 9.0 10.0 12.0", "note": "torch 2.7 cu128 has no sm_70",
+              "source": "S-VLLM-SDIST; S-PT-ISSUES", "confidence": "inferred"},
+    "0.10.1.1": {"cuda_base": "12.8.1", "torch": "2.7.1", "vllm_arch": "7.0 7.5 8.0 8.9 9.0 10.0 12.0",
+                 "torch_arch": "7.5 8.0 8.6 9.0 10.0 12.0", "note": "torch 2.7 cu128 has no sm_70",
+                 "source": "S-VLLM-SDIST; S-PT-ISSUES", "confidence": "inferred"},
+    "0.10.2": {"cuda_base": "12.8.1", "torch": "2.8.0", "vllm_arch": "7.0 7.5 8.0 8.9 9.0 10.0 12.0",
+               "source": "S-VLLM-SDIST", "confidence": "verified"},
+    "0.11.0": {"cuda_base": "12.8.1", "torch": "2.8.0", "source": "S-VLLM-SDIST", "confidence": "verified"},
+    "0.11.1": {"cuda_base": "12.9.1", "torch": "2.9.0", "source": "S-VLLM-SDIST", "confidence": "verified"},
+    "0.16.0": {"cuda_base": "12.9.1", "torch": "2.9.1", "source": "collect_env (third-party copies)",
+               "confidence": "third_party"},
+    "0.19.1": {"cuda_base": "12.9.1", "torch": "2.10.0", "vllm_arch": "7.0 7.5 8.0 8.9 9.0 10.0 12.0",
+               "note": "last release documenting compute capability 7.0",
+               "source": "S-VLLM-SDIST", "confidence": "verified"},
+    "0.20.0": {"cuda_base": "13.0.2", "torch": "2.11.0",
+               "vllm_arch": "7.5 8.0 8.6 8.9 9.0 10.0 11.0 12.0+PTX",
+               "source": "S-VLLM-SDIST", "confidence": "verified"},
+}
+
+# The releases whose torch wheel lacks sm_70 although vLLM's own list has it: [from, to] inclusive.
+TORCH_WITHOUT_SM70 = {
+    "range": ["0.9.0", "0.10.1.1"],
+    "torch_arch": "7.5 8.0 8.6 9.0 10.0 12.0",
+    "note": "images ship torch 2.7.x cu128 (TORCH_CUDA_ARCH_LIST 7.5;8.0;8.6;9.0;10.0;12.0); "
+            "vllm#19185 reports 'no kernel image' on a V100",
+    "source": "S-PT-ISSUES; S-VLLM-SDIST", "confidence": "inferred",
+}
+
+# ---------------------------------------------------------------------------------------------
+# Quantization methods: the minimum compute capability per vLLM version (the value applies from
+# that version on; a version between two listed ones gets the lower of the two, a version before
+# the first gets the first; an unknown version gets the lowest listed). ``bytes_per_param``: an
+# estimate of the weight bytes per parameter, used only when the model's weight_bytes is unknown.
+# ---------------------------------------------------------------------------------------------
+
+
+def _q(label, min_cc_0_8_5, min_cc_0_19_1, bytes_per_param, source="S-VLLM-QUANT",
+       confidence="verified", aliases=None, note=None):
+    entry = {"label": label, "min_cc": {}, "bytes_per_param": bytes_per_param, "source": source,
+             "confidence": confidence}
+    if min_cc_0_8_5 is not None:
+        entry["min_cc"]["0.8.5"] = min_cc_0_8_5
+    if min_cc_0_19_1 is not None:
+        entry["min_cc"]["0.19.1"] = min_cc_0_19_1
+    if aliases:
+        entry["aliases"] = list(aliases)
+    if note:
+        entry["note"] = note
+    return entry
+
+
+QUANTIZATION = {
+    "gptq": _q("GPTQ (exllama kernels)", "6.0", "6.0", 0.52,
+               note="4-bit g128 estimate: 0.5 B/param + scales and zeros"),
+    "gptq_marlin": _q("GPTQ Marlin", "8.0", "7.5", 0.52),
+    "awq_marlin": _q("AWQ Marlin", "8.0", "7.5", 0.52),
+    "marlin": _q("Marlin", "8.0", "7.5", 0.52),
+    "awq": _q("AWQ", "7.5", "7.5", 0.52),
+    "gguf": _q("GGUF", "6.0", "6.0", 0.6, note="bytes_per_param: ~4.8-bit K-quants estimate"),
+    "bitsandbytes": _q("bitsandbytes", "7.0", "7.0", 0.53),
+    "moe_wna16": _q("MoE WNA16", "7.0", "7.0", 0.52),
+    "fp8": _q("FP8 (incl. Marlin weight-only)", "8.0", "7.5", 1.0),
+    "fbgemm_fp8": _q("FBGEMM FP8", "8.0", "8.0", 1.0),
+    "experts_int8": _q("experts INT8", "8.0", "8.0", 1.0),
+    "modelopt": _q("ModelOpt FP8", "8.9", "8.9", 1.0),
+    "modelopt_fp4": _q("ModelOpt NVFP4", "10.0", "7.5", 0.5625, aliases=["nvfp4"],
+                       note="registered as 'nvfp4' in 0.8.5, 'modelopt_fp4' in 0.19.1; "
+                            "0.5 B/param + one fp8 scale per 16 weights"),
+    "compressed_tensors": _q("compressed-tensors", "7.0", "7.0", None,
+                             note="the config needs 7.0; every scheme needs more (see "
+                                  "COMPRESSED_TENSORS_SCHEMES)"),
+}
+
+COMPRESSED_TENSORS_SCHEMES = {
+    "wna16": {"min_cc": {"0.8.5": "8.0", "0.19.1": "7.5"}, "source": "S-VLLM-QUANT", "confidence": "verified"},
+    "w8a8_int8": {"min_cc": {"0.8.5": "7.5", "0.19.1": "7.5"}, "source": "S-VLLM-QUANT",
+                  "confidence": "verified"},
+    "w8a8_fp8": {"min_cc": {"0.8.5": "8.9", "0.19.1": "8.9"}, "source": "S-VLLM-QUANT",
+                 "confidence": "verified"},
+    "nvfp4": {"min_cc": {"0.19.1": "7.5"}, "source": "S-VLLM-QUANT", "confidence": "verified"},
+}
+
+# ---------------------------------------------------------------------------------------------
+# Memory planning
+# ---------------------------------------------------------------------------------------------
+# vLLM sizes the KV cache as total * gpu_memory_utilization minus (weights + the peak activation
+# of a profile run + non-torch allocations such as the CUDA context, NCCL and cuBLAS workspaces).
+# The gate cannot run that profile, so it subtracts a fixed reserve per GPU: 1.5 GiB covers the
+# profile-run activation peak at vLLM's default 2048-8192 batched tokens (a few hundred MiB to
+# ~1 GiB for 7B-70B models split over 1-2 GPUs) plus the CUDA context and library workspaces
+# (~0.3-0.5 GiB). CUDA graphs (without --enforce-eager) can need more; raise ``reserve_mib``.
+ACTIVATION_RESERVE_MIB = 1536
+
+MEMORY = {
+    "reserve_mib": ACTIVATION_RESERVE_MIB,
+    "default_gpu_memory_utilization": 0.9,
+    "source": "S-FACTS-8",
+    "confidence": "inferred",
+}
+
+# ---------------------------------------------------------------------------------------------
+# Settings a user may override (flat keys of the override dict)
+# ---------------------------------------------------------------------------------------------
+DEFAULT_SETTINGS = {
+    # Replace dtype auto/bfloat16 by float16 on GPUs below 8.0 (warning DTYPE_AUTOFIXED) instead of
+    # refusing (reason DTYPE_UNSUPPORTED).
+    "auto_fix": True,
+    # A minimum compute capability that replaces vLLM's per-version minimum (e.g. "7.5").
+    "min_compute_capability": None,
+    # Driver branches the site allows (list of ints, e.g. [580]); None = any.
+    "allowed_driver_branches": None,
+    # Activation/overhead reserve per GPU in MiB (see ACTIVATION_RESERVE_MIB).
+    "reserve_mib": ACTIVATION_RESERVE_MIB,
+    # Reason codes to demote to warnings (escape hatch for a site that knows better).
+    "ignore_codes": [],
+    # Warning codes to promote to reasons (a stricter site).
+    "promote_warnings": [],
+    # Read by the preflight role (fail the play instead of ending the host); the gate ignores it.
+    "fatal": False,
+}
+
+# Sections of the shipped data a user may extend or override (deep merge: dicts merge key by key,
+# anything else replaces).
+DATA_SECTIONS = ("cuda_toolkits", "minor_version_compatibility", "driver_branches", "architectures",
+                 "dtypes", "quantization", "vllm_min_compute_capability")
+
+SHIPPED = {
+    "version": POLICY_VERSION,
+    "settings": DEFAULT_SETTINGS,
+    "cuda_toolkits": CUDA_TOOLKITS,
+    "minor_version_compatibility": MINOR_VERSION_COMPATIBILITY,
+    "driver_branches": DRIVER_BRANCHES,
+    "architectures": ARCHITECTURES,
+    "dtypes": DTYPES,
+    "quantization": QUANTIZATION,
+    "vllm_min_compute_capability": VLLM_MIN_COMPUTE_CAPABILITY,
+    "vllm_releases": VLLM_RELEASES,
+    "torch_without_sm70": TORCH_WITHOUT_SM70,
+    "compressed_tensors_schemes": COMPRESSED_TENSORS_SCHEMES,
+    "forward_compat_image_branches": FORWARD_COMPAT_IMAGE_BRANCHES,
+    "cuda_min_target_cc": CUDA_MIN_TARGET_CC,
+    "memory": MEMORY,
+}
+
+
+class PolicyError(ValueError):
+    """The policy overrides are malformed; the message names the key and what is expected."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Version helpers
+# ---------------------------------------------------------------------------------------------
+_VERSION_RE = re.compile(r"^\s*[vVrR]?(\d+(?:\.\d+)*)")
+_STRICT_DRIVER_RE = re.compile(r"^[rR]?\d+(?:\.\d+){0,3}$")
+_CC_RE = re.compile(r"^(\d+)\.(\d+)$")
+
+
+def parse_version(text):
+    """Leading numeric components of a version string as a tuple of ints, or None.
+
+    "550.54.14" -> (550, 54, 14); "v0.8.5.post1" -> (0, 8, 5); "12.4.1" -> (12, 4, 1).
+    """
+    if isinstance(text, bool) or text is None:
+        return None
+    if isinstance(text, int):
+        return (text,)
+    if isinstance(text, float):
+        text = repr(text)
+    if not isinstance(text, str):
+        return None
+    match = _VERSION_RE.match(text)
+    if not match:
+        return None
+    return tuple(int(part) for part in match.group(1).split("."))
+
+
+def parse_driver_version(text):
+    """An NVIDIA driver version ("550.54.14", "570.26", "595.71.05", "R580") as an int tuple."""
+    if not isinstance(text, str) or not _STRICT_DRIVER_RE.match(text.strip()):
+        return None
+    return parse_version(text.strip())
+
+
+def compare_versions(left, right):
+    """-1, 0 or 1 comparing two int tuples, the shorter padded with zeros."""
+    width = max(len(left), len(right))
+    a = tuple(left) + (0,) * (width - len(left))
+    b = tuple(right) + (0,) * (width - len(right))
+    return (a > b) - (a < b)
+
+
+def parse_cc(value):
+    """A compute capability ("7.0", 7.0, "12", (7, 0)) as (major, minor), or None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return (value[0], value[1]) if value[0] >= 0 and value[1] >= 0 else None
+    if isinstance(value, int):
+        return (value, 0) if 0 <= value < 100 else None
+    if isinstance(value, float):
+        if math.isnan(value) or value < 0 or value >= 100:
+            return None
+        value = repr(value)
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if text.isdigit() and len(text) <= 2:
+        return (int(text), 0)
+    match = _CC_RE.match(text)
+    if not match or len(match.group(2)) != 1:
+        return None
+    return (int(match.group(1)), int(match.group(2)))
+
+
+def format_cc(cc):
+    return "%d.%d" % cc
+
+
+# ---------------------------------------------------------------------------------------------
+# NVIDIA_REQUIRE_CUDA
+# ---------------------------------------------------------------------------------------------
+# The container runtime (nvidia-container-cli) evaluates NVIDIA_REQUIRE_* strings: constraints
+# separated by spaces are ORed, constraints joined by commas are ANDed. Keys: cuda (the CUDA
+# version the host driver supports), driver (the driver version), arch (compute capability),
+# brand (the GPU brand). Example:
+#   "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471"
+# = cuda>=12.4 OR (brand=tesla AND 470<=driver<471) OR (brand=unknown AND 470<=driver<471)
+
+_REQ_RE = re.compile(r"^(cuda|driver|arch|brand)(>=|<=|==|!=|=|>|<)(.+)$")
+REQUIRE_KEYS = ("cuda", "driver", "arch", "brand")
+
+
+def parse_require_cuda(text):
+    """Parse an NVIDIA_REQUIRE_CUDA string into a list of OR-alternatives, each a list of
+    (key, op, value) AND-constraints. Raises PolicyError naming the bad token."""
+    if not isinstance(text, str):
+        raise PolicyError("expected a string like 'cuda>=12.4 brand=tesla,driver>=470,driver<471', "
+                          "got %s" % type(text).__name__)
+    alternatives = []
+    for clause in text.split():
+        constraints = []
+        for token in clause.split(","):
+            token = token.strip()
+            if not token:
+                continue
+            match = _REQ_RE.match(token)
+            if not match:
+                raise PolicyError("cannot read constraint %r: expected <cuda|driver|arch|brand>"
+                                  "<op><value> with op one of >= <= > < = == !=" % token)
+            key, op, value = match.groups()
+            if op == "==":
+                op = "="
+            if key in ("cuda", "driver") and parse_version(value) is None:
+                raise PolicyError("constraint %r: %s needs a version number" % (token, key))
+            if key == "arch" and parse_cc(value) is None:
+                raise PolicyError("constraint %r: arch needs a compute capability like 7.0" % token)
+            if key == "brand" and op not in ("=", "!="):
+                raise PolicyError("constraint %r: brand only takes = or !=" % token)
+            constraints.append((key, op, value.lower() if key == "brand" else value))
+        if constraints:
+            alternatives.append(constraints)
+    return alternatives
+
+
+def _cmp_op(cmp, op):
+    return {"=": cmp == 0, "!=": cmp != 0, ">=": cmp >= 0, "<=": cmp <= 0, ">": cmp > 0,
+            "<": cmp < 0}[op]
+
+
+def _eval_constraint(constraint, host, cuda_is_lower_bound=False):
+    key, op, value = constraint
+    have = host.get(key)
+    if have is None:
+        return None
+    if key == "cuda" and cuda_is_lower_bound:
+        # Only a lower bound is known: ">=" / ">" can be proven true, nothing else decided.
+        if op in (">=", ">") and _cmp_op(compare_versions(have, parse_version(value)), op):
+            return True
+        return None
+    if key == "brand":
+        return (have == value) if op == "=" else (have != value)
+    if key == "arch":
+        want = parse_cc(value)
+        cmp = (have > want) - (have < want)
+        return _cmp_op(cmp, op)
+    return _cmp_op(compare_versions(have, parse_version(value)), op)
+
+
+def evaluate_require_cuda(alternatives, cuda=None, driver=None, brand=None, arch=None,
+                          cuda_is_lower_bound=False):
+    """Evaluate parsed alternatives against a host (three-valued: True, False, None = unknown).
+
+    ``cuda`` and ``driver`` are int tuples (parse_version), ``brand`` a lower-case string,
+    ``arch`` a (major, minor) tuple; None means unknown. With ``cuda_is_lower_bound`` the
+    driver's CUDA level is only known to be at least ``cuda``. Returns (result, matched) where
+    matched is the list of alternatives that evaluated True.
+    """
+    host = {"cuda": cuda, "driver": driver, "brand": brand, "arch": arch}
+    matched = []
+    any_unknown = False
+    for alternative in alternatives:
+        value = True
+        for constraint in alternative:
+            result = _eval_constraint(constraint, host, cuda_is_lower_bound)
+            if result is False:
+                value = False
+                break
+            if result is None:
+                value = None
+        if value is True:
+            matched.append(alternative)
+        elif value is None:
+            any_unknown = True
+    if not alternatives:
+        return True, []
+    if matched:
+        return True, matched
+    return (None if any_unknown else False), []
+
+
+def format_require_alternative(alternative):
+    return ",".join("%s%s%s" % c for c in alternative)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lookups used by the gate
+# ---------------------------------------------------------------------------------------------
+
+
+def arch_for_cc(policy, cc):
+    """The architecture key for a (major, minor) compute capability, or None."""
+    best = None
+    for key, entry in policy["architectures"].items():
+        for text in entry.get("cc", []):
+            known = parse_cc(text)
+            if known == cc:
+                return key
+            if known and known[0] == cc[0] and known[1] <= cc[1]:
+                if best is None or known > best[0]:
+                    best = (known, key)
+    return best[1] if best else None
+
+
+def value_for_version(table, version):
+    """Pick a CC from {"since-version": cc-string} for a vLLM version tuple (None = unknown).
+
+    Exact or newest listed version <= version; strictly between two listed versions -> the lower
+    CC of the two; before the first -> the first; unknown version -> the lowest listed.
+    """
+    points = []
+    for since, value in table.items():
+        parsed_since = parse_version(since)
+        parsed_value = parse_cc(value)
+        if parsed_since is not None and parsed_value is not None:
+            points.append((parsed_since, parsed_value))
+    if not points:
+        return None
+    points.sort(key=lambda p: p[0] + (0,) * (8 - len(p[0])))
+    if version is None:
+        return min(p[1] for p in points)
+    previous = None
+    for since, value in points:
+        cmp = compare_versions(version, since)
+        if cmp == 0:
+            return value
+        if cmp < 0:
+            if previous is None:
+                return value
+            return min(previous, value)
+        previous = value
+    return previous
+
+
+def vllm_min_cc(policy, version):
+    """vLLM's minimum compute capability for a version tuple; "since" semantics, no interpolation."""
+    points = []
+    for since, entry in policy["vllm_min_compute_capability"].items():
+        parsed_since = parse_version(since)
+        parsed_value = parse_cc(entry.get("min_cc") if isinstance(entry, dict) else entry)
+        if parsed_since is not None and parsed_value is not None:
+            points.append((parsed_since, parsed_value))
+    points.sort(key=lambda p: p[0] + (0,) * (8 - len(p[0])))
+    if not points:
+        return (7, 0)
+    if version is None:
+        return points[0][1]
+    chosen = points[0][1]
+    for since, value in points:
+        if compare_versions(version, since) >= 0:
+            chosen = value
+    return chosen
+
+
+def canonical_quant(name):
+    """Canonical key of a quantization method name ("compressed-tensors" -> "compressed_tensors")."""
+    if not isinstance(name, str):
+        return None
+    key = name.strip().lower().replace("-", "_")
+    if key in ("", "none", "null", "no", "false"):
+        return None
+    return key
+
+
+def resolve_quant(policy, name):
+    """(key, entry) for a method name, following aliases; (canonical, None) if unknown."""
+    key = canonical_quant(name)
+    if key is None:
+        return None, None
+    table = policy["quantization"]
+    if key in table:
+        return key, table[key]
+    for other, entry in table.items():
+        if key in [canonical_quant(a) for a in entry.get("aliases", []) or []]:
+            return other, entry
+    return key, None
+
+
+def driver_branch_eol(policy, branch, today):
+    """(is_eol, when-text) for a driver branch int at a datetime.date."""
+    table = policy["driver_branches"]
+    entry = table.get(str(branch))
+    if entry is None:
+        known = sorted(int(k) for k in table if str(k).isdigit())
+        supported = [b for b in known if table[str(b)].get("eol") not in (True,)]
+        newest_supported = max(supported) if supported else None
+        if newest_supported is not None and branch < newest_supported:
+            return True, "not listed among NVIDIA's supported branches"
+        return False, None
+    eol = entry.get("eol")
+    if eol is True:
+        return True, "listed as end of life"
+    if isinstance(eol, str):
+        parsed = parse_version(eol.replace("-", "."))
+        if parsed and len(parsed) >= 2 and (today.year, today.month) >= (parsed[0], parsed[1]):
+            return True, "end of life since %s" % eol
+        return False, eol
+    return False, None
+
+
+def max_cuda_for_branch(policy, branch):
+    """(cuda tuple, exact) that a driver branch reports natively, or (None, False).
+
+    For a branch missing from the table the newest known branch below it gives a lower bound.
+    """
+    table = policy["driver_branches"]
+    entry = table.get(str(branch))
+    if entry and parse_version(entry.get("max_cuda_native")):
+        return parse_version(entry["max_cuda_native"]), True
+    below = [int(k) for k in table if str(k).isdigit() and int(k) < branch
+             and parse_version(table[k].get("max_cuda_native"))]
+    if below:
+        return parse_version(table[str(max(below))]["max_cuda_native"]), False
+    return None, False
+
+
+def toolkit_entry(policy, cuda_version):
+    """The cuda_toolkits entry for a version tuple (12, 4) / (12, 4, 1), or None."""
+    if cuda_version is None:
+        return None
+    key = "%d.%d.%d" % (cuda_version + (0, 0, 0))[:3]
+    return policy["cuda_toolkits"].get(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# Overrides: merge and validate
+# ---------------------------------------------------------------------------------------------
+
+
+def _deep_merge(base, override):
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+    return base
+
+
+def _type_name(value):
+    return type(value).__name__
+
+
+def _as_bool(value, where):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    raise PolicyError("%s: expected true or false, got %r" % (where, value))
+
+
+def _as_int(value, where, minimum=None):
+    if isinstance(value, bool):
+        raise PolicyError("%s: expected an integer, got %r" % (where, value))
+    if isinstance(value, int):
+        result = value
+    elif isinstance(value, float) and math.isfinite(value) and value == int(value):
+        result = int(value)
+    elif isinstance(value, str) and value.strip().isdigit():
+        result = int(value.strip())
+    else:
+        raise PolicyError("%s: expected an integer, got %r" % (where, value))
+    if minimum is not None and result < minimum:
+        raise PolicyError("%s: expected an integer >= %d, got %d" % (where, minimum, result))
+    return result
+
+
+def _check_cc_text(value, where):
+    if parse_cc(value) is None:
+        raise PolicyError("%s: expected a compute capability like '7.0', got %r" % (where, value))
+
+
+def _check_version_text(value, where, what="a version like '12.4'"):
+    if isinstance(value, bool) or parse_version(value) is None:
+        raise PolicyError("%s: expected %s, got %r" % (where, what, value))
+
+
+def _normalize_settings(settings):
+    out = {}
+    out["auto_fix"] = _as_bool(settings.get("auto_fix"), "policy.auto_fix")
+    out["fatal"] = _as_bool(settings.get("fatal"), "policy.fatal")
+    mcc = settings.get("min_compute_capability")
+    if mcc is not None:
+        _check_cc_text(mcc, "policy.min_compute_capability")
+        mcc = format_cc(parse_cc(mcc))
+    out["min_compute_capability"] = mcc
+    branches = settings.get("allowed_driver_branches")
+    if branches is not None:
+        if not isinstance(branches, (list, tuple)):
+            raise PolicyError("policy.allowed_driver_branches: expected a list of driver branch numbers "
+                              "like [580], got %r" % (branches,))
+        normalized = []
+        for index, item in enumerate(branches):
+            where = "policy.allowed_driver_branches[%d]" % index
+            if isinstance(item, str) and item.strip()[:1] in ("r", "R"):
+                item = item.strip()[1:]
+            normalized.append(_as_int(item, where, minimum=1))
+        branches = normalized
+    out["allowed_driver_branches"] = branches
+    out["reserve_mib"] = _as_int(settings.get("reserve_mib"), "policy.reserve_mib", minimum=0)
+    for name in ("ignore_codes", "promote_warnings"):
+        codes = settings.get(name)
+        if codes is None:
+            codes = []
+        if isinstance(codes, str):
+            codes = [codes]
+        if not isinstance(codes, (list, tuple)) or not all(isinstance(c, str) for c in codes):
+            raise PolicyError("policy.%s: expected a list of UPPER_SNAKE codes, got %r" % (name, codes))
+        out[name] = [c.strip().upper() for c in codes]
+    return out
+
+
+def _validate_sections(policy):
+    for key, entry in policy["cuda_toolkits"].items():
+        where = "policy.cuda_toolkits.%s" % key
+        _check_version_text(key, where, "a CUDA version key like '12.4.1'")
+        if not isinstance(entry, dict):
+            raise PolicyError("%s: expected a mapping with min_linux_driver and mvc_floor" % where)
+        if parse_driver_version(str(entry.get("min_linux_driver", ""))) is None:
+            raise PolicyError("%s.min_linux_driver: expected a driver version like '550.54.14', got %r"
+                              % (where, entry.get("min_linux_driver")))
+        if parse_driver_version(str(entry.get("mvc_floor", ""))) is None:
+            raise PolicyError("%s.mvc_floor: expected a driver branch like '525', got %r"
+                              % (where, entry.get("mvc_floor")))
+    for key, entry in policy["minor_version_compatibility"].items():
+        where = "policy.minor_version_compatibility.%s" % key
+        if not str(key).isdigit() or not isinstance(entry, dict):
+            raise PolicyError("%s: expected a CUDA major version key ('12') with a mapping value" % where)
+        if parse_driver_version(str(entry.get("driver_min", ""))) is None:
+            raise PolicyError("%s.driver_min: expected a driver branch like '525', got %r"
+                              % (where, entry.get("driver_min")))
+    for key, entry in policy["driver_branches"].items():
+        where = "policy.driver_branches.%s" % key
+        if not str(key).isdigit() or not isinstance(entry, dict):
+            raise PolicyError("%s: expected a branch number key ('580') with a mapping value" % where)
+        if entry.get("max_cuda_native") is not None:
+            _check_version_text(entry["max_cuda_native"], where + ".max_cuda_native")
+        eol = entry.get("eol")
+        if eol is not None and eol is not True and eol is not False:
+            parsed = parse_version(str(eol).replace("-", "."))
+            if not isinstance(eol, str) or not parsed or len(parsed) < 2:
+                raise PolicyError("%s.eol: expected 'YYYY-MM', true or null, got %r" % (where, eol))
+    for key, entry in policy["architectures"].items():
+        where = "policy.architectures.%s" % key
+        if not isinstance(entry, dict):
+            raise PolicyError("%s: expected a mapping" % where)
+        ccs = entry.get("cc", [])
+        if not isinstance(ccs, (list, tuple)):
+            raise PolicyError("%s.cc: expected a list of compute capabilities" % where)
+        for index, text in enumerate(ccs):
+            _check_cc_text(text, "%s.cc[%d]" % (where, index))
+        for name in ("max_driver_branch", "min_driver_branch"):
+            if entry.get(name) is not None:
+                entry[name] = _as_int(entry[name], "%s.%s" % (where, name), minimum=1)
+        if entry.get("kernel_module", "either") not in ("proprietary", "open", "either"):
+            raise PolicyError("%s.kernel_module: expected proprietary, open or either, got %r"
+                              % (where, entry.get("kernel_module")))
+    for key, entry in policy["dtypes"].items():
+        where = "policy.dtypes.%s" % key
+        if not isinstance(entry, dict):
+            raise PolicyError("%s: expected a mapping with min_cc and bytes" % where)
+        _check_cc_text(entry.get("min_cc"), where + ".min_cc")
+        entry["bytes"] = _as_int(entry.get("bytes"), where + ".bytes", minimum=1)
+    for key, entry in policy["quantization"].items():
+        where = "policy.quantization.%s" % key
+        if not isinstance(entry, dict) or not isinstance(entry.get("min_cc"), dict) or not entry["min_cc"]:
+            raise PolicyError("%s: expected a mapping with min_cc: {vllm-version: '7.5', ...}" % where)
+        for since, value in entry["min_cc"].items():
+            _check_version_text(since, "%s.min_cc key" % where, "a vLLM version like '0.8.5'")
+            _check_cc_text(value, "%s.min_cc.%s" % (where, since))
+        bpp = entry.get("bytes_per_param")
+        if bpp is not None and (isinstance(bpp, bool) or not isinstance(bpp, (int, float)) or not bpp > 0):
+            raise PolicyError("%s.bytes_per_param: expected a positive number or null, got %r" % (where, bpp))
+        aliases = entry.get("aliases", [])
+        if aliases is not None and (not isinstance(aliases, (list, tuple))
+                                    or not all(isinstance(a, str) for a in aliases)):
+            raise PolicyError("%s.aliases: expected a list of names" % where)
+    for since, entry in policy["vllm_min_compute_capability"].items():
+        where = "policy.vllm_min_compute_capability.%s" % since
+        _check_version_text(since, where, "a vLLM version key like '0.20.0'")
+        value = entry.get("min_cc") if isinstance(entry, dict) else entry
+        _check_cc_text(value, where + ".min_cc")
+
+
+def merge_policy(overrides=None):
+    """Return the effective policy: the shipped data with ``overrides`` merged over it.
+
+    ``overrides`` keys (all optional):
+      settings (flat): auto_fix, min_compute_capability, allowed_driver_branches, reserve_mib,
+                       ignore_codes, promote_warnings, fatal
+      data sections (deep merge over the shipped tables of the same name): cuda_toolkits,
+        minor_version_compatibility, driver_branches, architectures, dtypes, quantization,
+        vllm_min_compute_capability
+    Entries added or changed by the user get ``source: user`` and ``confidence: user`` unless
+    they say otherwise. Raises PolicyError with the offending key on malformed input.
+    """
+    policy = copy.deepcopy(SHIPPED)
+    if overrides is None:
+        overrides = {}
+    if not isinstance(overrides, dict):
+        raise PolicyError("policy: expected a mapping of overrides, got %s" % _type_name(overrides))
+    allowed = set(DEFAULT_SETTINGS) | set(DATA_SECTIONS)
+    for key in overrides:
+        if key not in allowed:
+            raise PolicyError("policy: unknown key %r; known keys: %s" % (key, ", ".join(sorted(allowed))))
+    for key in DEFAULT_SETTINGS:
+        if key in overrides and overrides[key] is not None:
+            policy["settings"][key] = copy.deepcopy(overrides[key])
+    for section in DATA_SECTIONS:
+        if section not in overrides or overrides[section] is None:
+            continue
+        value = overrides[section]
+        if not isinstance(value, dict):
+            raise PolicyError("policy.%s: expected a mapping, got %s" % (section, _type_name(value)))
+        normalized = {}
+        for key, entry in value.items():
+            skey = str(key)
+            if section in ("driver_branches", "minor_version_compatibility") and skey[:1] in ("r", "R"):
+                skey = skey[1:]
+            if isinstance(entry, dict):
+                entry = dict(entry)
+                if skey not in policy[section]:
+                    entry.setdefault("source", "user")
+                    entry.setdefault("confidence", "user")
+                elif isinstance(policy[section][skey], dict):
+                    changed = [k for k in entry if k not in ("source", "confidence", "note")]
+                    if changed:
+                        entry.setdefault("source", "user")
+                        entry.setdefault("confidence", "user")
+            normalized[skey] = entry
+        _deep_merge(policy[section], normalized)
+    policy["settings"] = _normalize_settings(policy["settings"])
+    _validate_sections(policy)
+    return policy

@@ -1,0 +1,410 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: deploy_gate
+short_description: Decide whether a vLLM deployment can work on a host, and say why not
+version_added: 0.1.0
+description:
+  - A pure decision with no side effects. From the host's GPUs and driver (as reported by
+    M(labfleet.vllm.gpu_facts)), the image (M(labfleet.vllm.vllm_image_facts) or a shipped image
+    profile), the model (M(labfleet.vllm.model_facts)) and the requested vLLM arguments, the module
+    returns a verdict C(allowed), the C(reasons) for a refusal and C(gate_warnings), each with a
+    message that says what to change, the vLLM arguments after automatic fixes (C(effective_vllm))
+    and a memory plan (C(plan)).
+  - The compatibility policy ships with the collection as Python data in module_utils (so it travels
+    with the module to any host) and has a source for every entry. The O(policy) option overrides
+    or extends it.
+  - The module never fails for a "no" verdict; it fails only when an input is malformed, and then
+    the message names the field and what is expected.
+  - Extra keys in the O(gpus) entries and in O(image), O(model) and O(vllm) are ignored, so the
+    probes' results can be passed straight in; extra keys of O(vllm) are passed through to
+    C(effective_vllm).
+  - "Reason codes (refusal): V(NO_GPU) no NVIDIA GPU on the host;
+    V(COMPUTE_CAPABILITY_UNKNOWN) a GPU could not be identified (no compute capability);
+    V(COMPUTE_CAPABILITY_TOO_LOW) a GPU is below vLLM's minimum compute capability (7.0; 7.5 from vLLM 0.20)
+    or the policy's C(policy.min_compute_capability);
+    V(HETEROGENEOUS_GPUS) GPUs of different compute capabilities on one host;
+    V(DRIVER_LIBRARY_MISMATCH) the kernel module and the driver libraries differ (reboot needed);
+    V(DRIVER_BRANCH_UNSUPPORTED_FOR_ARCH) the driver branch does not drive the GPU architecture
+    (R590 and newer drop Maxwell, Pascal and Volta; R470 is the last for Kepler);
+    V(DRIVER_BRANCH_NOT_ALLOWED) the branch is not in C(policy.allowed_driver_branches);
+    V(DRIVER_TOO_OLD_FOR_IMAGE) the image's C(NVIDIA_REQUIRE_CUDA) rejects the driver, or the driver is
+    below the image's CUDA minor-version-compatibility floor (525 for CUDA 12, 580 for CUDA 13);
+    V(IMAGE_LACKS_ARCH) the image has no kernels (SASS or PTX) for the GPU;
+    V(PTX_NEWER_THAN_DRIVER) the GPU is reached only through PTX that the driver is too old to JIT-compile;
+    V(DTYPE_UNSUPPORTED) the dtype or KV cache dtype needs a higher compute capability (bfloat16 needs 8.0)
+    and auto-fix is off; V(QUANTIZATION_UNSUPPORTED_ON_ARCH) the quantization method needs a higher compute
+    capability (AWQ 7.5, Marlin 7.5/8.0, FP8 7.5/8.0, NVFP4 7.5/10.0);
+    V(QUANTIZATION_UNKNOWN_TO_IMAGE) the image's vLLM does not know the quantization method;
+    V(INSUFFICIENT_VRAM) the weights per GPU, or the KV cache of one C(vllm.max_model_len) sequence, do not fit;
+    V(TENSOR_PARALLEL_EXCEEDS_GPUS) tensor_parallel_size x pipeline_parallel_size exceeds the GPU count."
+  - "Warning codes: V(DRIVER_UNKNOWN) no driver version (driver absent), driver checks skipped;
+    V(DRIVER_BRANCH_EOL) the driver branch is end of life;
+    V(CUDA_MINOR_VERSION_COMPAT) the image's CUDA is newer than the driver's and runs through minor version
+    compatibility; V(FORWARD_COMPAT_REQUIRED) the image is admitted only through a forward-compatibility
+    clause (cuda-compat libraries, data-center GPUs); V(REQUIRE_CUDA_UNDECIDED) C(NVIDIA_REQUIRE_CUDA) could
+    not be decided (brand or CUDA level unknown); V(PTX_JIT_ONLY) the image reaches the GPU only through PTX;
+    V(PCIE_WITHOUT_P2P) tensor parallelism without NVLink; V(DTYPE_AUTOFIXED) dtype auto/bfloat16 (or
+    kv_cache_dtype bfloat16) was changed to float16 on a GPU below 8.0; V(DTYPE_AUTO_UNRESOLVED) dtype auto
+    with an unknown checkpoint dtype on a GPU without bfloat16 and auto-fix off;
+    V(KV_CACHE_DTYPE_UNVERIFIED) an FP8 KV cache below compute capability 8.0 is not verified;
+    V(QUANTIZATION_UNKNOWN_TO_POLICY) the method is not in the policy, not checked;
+    V(QUANTIZATION_SCHEME_UNCHECKED) compressed-tensors scheme needs not checked;
+    V(QUANTIZATION_MISMATCH) C(vllm.quantization) differs from the checkpoint's method;
+    V(MAX_MODEL_LEN_EXCEEDS_MODEL) max_model_len is above max_position_embeddings;
+    V(MEMORY_PLAN_INCOMPLETE) inputs for the memory plan are missing; V(WEIGHTS_ESTIMATED) weight bytes
+    estimated from param_count; V(GPU_MEMORY_UNEVEN) the GPUs differ in memory size;
+    V(ARCH_UNKNOWN) the compute capability maps to no architecture in the policy;
+    V(VLLM_VERSION_UNKNOWN) image.vllm_version is not a version number."
+  - "Memory plan: usable bytes per GPU = memory_total x gpu_memory_utilization (default 0.9) minus a
+    reserve of 1536 MiB per GPU (C(policy.reserve_mib)) for the profile-run activation peak, the CUDA
+    context and library workspaces; weights per GPU = weights / (tensor_parallel_size x
+    pipeline_parallel_size) - cpu_offload_gb; KV bytes per token per GPU = 2 x ceil(layers /
+    pipeline_parallel_size) x max(1, kv_heads // tensor_parallel_size) x head_dim x KV dtype bytes.
+    See docs/deploy_gate.md."
+author:
+  - labfleet maintainers (@labfleet)
+attributes:
+  check_mode:
+    support: full
+    description: The module changes nothing; check mode returns the same verdict.
+  diff_mode:
+    support: none
+    description: Nothing to diff.
+  platform:
+    support: full
+    platforms: posix
+    description: Pure Python; runs on the controller or any host.
+options:
+  gpus:
+    description:
+      - The host's GPUs, for example C(ansible_facts.nvidia.gpus) from M(labfleet.vllm.gpu_facts).
+      - "Each entry: C(name) (str), C(compute_capability) (str, V(7.0); null when unknown),
+        C(memory_total_mib) (int) and optionally C(brand) (str, the NVML brand such as V(tesla), used for
+        C(NVIDIA_REQUIRE_CUDA); guessed from the name when absent). Other keys are ignored."
+      - An empty list gives the reason V(NO_GPU).
+    type: list
+    elements: dict
+    default: []
+  driver_version:
+    description:
+      - The loaded NVIDIA driver version, for example V(550.54.14), V(570.26) or V(595.71.05).
+      - Omit (or pass an empty string) on a host without a driver; driver checks are then skipped with
+        the warning V(DRIVER_UNKNOWN).
+    type: str
+  cuda_driver_version:
+    description:
+      - The CUDA version the driver supports (V(12.4), or NVML's integer form V(12040)), as reported by
+        M(labfleet.vllm.gpu_facts). When omitted it is taken from the policy's driver-branch table.
+    type: str
+  nvlink:
+    description:
+      - Whether the GPUs are connected by NVLink. V(false) with tensor parallelism gives the warning
+        V(PCIE_WITHOUT_P2P); omit when unknown.
+    type: bool
+  driver_library_mismatch:
+    description:
+      - The probe saw "Driver/library version mismatch" (driver upgraded without reboot). V(true) gives
+        the reason V(DRIVER_LIBRARY_MISMATCH).
+    type: bool
+    default: false
+  image:
+    description:
+      - "What is known about the vLLM image; every key optional: C(cuda_version) (str, V(12.4.1)),
+        C(require_cuda) (str, the image's C(NVIDIA_REQUIRE_CUDA), for example
+        V(cuda>=12.4 brand=tesla,driver>=470,driver<471); a space means OR, a comma AND),
+        C(arch_list) (list of str or one string, torch style V(7.0), V(9.0+PTX), V(sm_70), V(compute_70)),
+        C(quantization_methods) (list of str), C(vllm_version) (str, V(0.8.5))."
+      - When C(vllm_version) names a release the policy knows, its CUDA version and arch list fill in
+        missing C(cuda_version) and C(arch_list).
+    type: dict
+    default: {}
+  model:
+    description:
+      - "What is known about the model (for example from M(labfleet.vllm.model_facts)); every key optional:
+        C(weight_bytes) (int, bytes of the weights), C(param_count) (int), C(quant_method) (str),
+        C(num_hidden_layers), C(num_key_value_heads), C(head_dim), C(max_position_embeddings) (int),
+        C(torch_dtype) (str, V(bfloat16)). C(num_attention_heads) and C(hidden_size) are used when
+        C(num_key_value_heads) or C(head_dim) are missing."
+      - Without C(weight_bytes) the weights are estimated as C(param_count) x the dtype's bytes (or the
+        quantization method's bytes per parameter, warning V(WEIGHTS_ESTIMATED)).
+    type: dict
+    default: {}
+  vllm:
+    description:
+      - "The requested vLLM arguments (names as in C(vllm serve) with underscores): C(tensor_parallel_size),
+        C(pipeline_parallel_size) (int, default 1), C(dtype) (V(auto), V(half), V(float16), V(bfloat16),
+        V(float), V(float32)), C(quantization) (str), C(max_model_len) (int, or V(32k)/V(32K)),
+        C(max_num_seqs) (int), C(gpu_memory_utilization) (float in (0, 1], default 0.9),
+        C(kv_cache_dtype) (str), C(cpu_offload_gb) (float GiB per GPU). Other keys pass through to
+        C(effective_vllm) unchanged."
+    type: dict
+    default: {}
+  policy:
+    description:
+      - "Overrides merged over the shipped policy. Settings: C(auto_fix) (bool, default true: change dtype
+        auto/bfloat16 to float16 below 8.0 instead of refusing with V(DTYPE_UNSUPPORTED)),
+        C(min_compute_capability) (str, replaces vLLM's minimum), C(allowed_driver_branches) (list of int),
+        C(reserve_mib) (int, default 1536), C(ignore_codes) (reason codes demoted to warnings),
+        C(promote_warnings) (warning codes promoted to reasons), C(fatal) (bool, read by the preflight role)."
+      - "Data sections, deep-merged over the shipped tables: C(cuda_toolkits), C(minor_version_compatibility),
+        C(driver_branches), C(architectures), C(dtypes), C(quantization), C(vllm_min_compute_capability)."
+    type: dict
+    default: {}
+notes:
+  - The policy's data, its sources and confidence levels are in
+    C(plugins/module_utils/_policy.py); docs/deploy_gate.md explains the codes and the memory plan.
+seealso:
+  - module: labfleet.vllm.gpu_facts
+  - module: labfleet.vllm.model_facts
+  - module: labfleet.vllm.vllm_image_facts
+"""
+
+EXAMPLES = r"""
+- name: Gate the reference deployment (2x V100 32 GB, R550, CUDA 12.4 image)
+  labfleet.vllm.deploy_gate:
+    gpus: "{{ ansible_facts.nvidia.gpus }}"
+    driver_version: "{{ ansible_facts.nvidia.driver_version }}"
+    nvlink: "{{ ansible_facts.nvidia.nvlink }}"
+    driver_library_mismatch: "{{ ansible_facts.nvidia.driver_library_mismatch | default(false) }}"
+    image:
+      cuda_version: "12.4.1"
+      arch_list: "7.0 7.5 8.0 8.6 8.9 9.0+PTX"
+      vllm_version: "0.8.5"
+    model:
+      param_count: 8030261248
+      num_hidden_layers: 32
+      num_key_value_heads: 8
+      head_dim: 128
+      max_position_embeddings: 131072
+      torch_dtype: bfloat16
+    vllm:
+      tensor_parallel_size: 2
+      dtype: auto
+      gpu_memory_utilization: 0.92
+      max_model_len: 32768
+      max_num_seqs: 32
+  register: gate
+
+- name: Record the verdict for later roles and the fleet report
+  ansible.builtin.set_fact:
+    labfleet_verdict: "{{ gate.verdict }}"
+
+- name: Refuse with auto-fix off and only R580 allowed
+  labfleet.vllm.deploy_gate:
+    gpus:
+      - name: Tesla V100-PCIE-32GB
+        compute_capability: "7.0"
+        memory_total_mib: 32768
+    driver_version: "580.95.05"
+    vllm:
+      dtype: bfloat16
+    policy:
+      auto_fix: false
+      allowed_driver_branches: [580]
+  register: strict_gate
+"""
+
+RETURN = r"""
+allowed:
+  description: Whether the deployment can work on this host (no reasons).
+  returned: success
+  type: bool
+  sample: true
+reasons:
+  description: Why the deployment cannot work; each message says what to change. Empty when allowed.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    code:
+      description: An UPPER_SNAKE reason code (listed in the description); codes are never renamed.
+      type: str
+      sample: QUANTIZATION_UNSUPPORTED_ON_ARCH
+    message:
+      description: What is wrong and what to change.
+      type: str
+  sample:
+    - code: COMPUTE_CAPABILITY_TOO_LOW
+      message: "Tesla P100-PCIE-16GB (compute capability 6.0) is below vLLM's minimum (7.0) ..."
+gate_warnings:
+  description:
+    - Things that do not block the deployment but deserve attention, each C({code, message}).
+    - Named C(gate_warnings) because C(warnings) is reserved by Ansible; C(verdict.warnings) holds the same list.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - code: DTYPE_AUTOFIXED
+      message: "Tesla V100-PCIE-32GB (compute capability 7.0) has no bfloat16; dtype bfloat16 was changed to float16"
+effective_vllm:
+  description: The O(vllm) arguments after automatic fixes (for example C(dtype) V(float16) on compute capability 7.x).
+  returned: success
+  type: dict
+  sample: {"tensor_parallel_size": 2, "dtype": "float16", "max_model_len": 32768}
+plan:
+  description:
+    - The memory plan; sizes in bytes, per GPU unless named total; null where the inputs do not tell.
+  returned: success
+  type: dict
+  contains:
+    gpus_used:
+      description: tensor_parallel_size x pipeline_parallel_size.
+      type: int
+    gpu_memory_total_bytes:
+      description: Memory of the smallest GPU.
+      type: int
+    gpu_memory_utilization:
+      description: The fraction used (default 0.9).
+      type: float
+    reserve_bytes:
+      description: The activation/overhead reserve subtracted per GPU.
+      type: int
+    usable_bytes_per_gpu:
+      description: total x gpu_memory_utilization - reserve.
+      type: int
+    weights_bytes_total:
+      description: Weight bytes of the whole model in GPU memory.
+      type: int
+    weights_source:
+      description: Where weights_bytes_total came from (V(weight_bytes) or V(param_count)).
+      type: str
+    weights_bytes_per_gpu:
+      description: Weights per GPU after the tensor/pipeline split and CPU offload.
+      type: int
+    cpu_offload_bytes_per_gpu:
+      description: cpu_offload_gb in bytes.
+      type: int
+    kv_cache_dtype_bytes:
+      description: Bytes per KV element.
+      type: int
+    kv_bytes_per_token_per_gpu:
+      description: KV cache bytes one token needs on each GPU.
+      type: int
+    kv_cache_bytes_per_gpu:
+      description: Usable memory left for the KV cache after the weights.
+      type: int
+    kv_cache_tokens:
+      description: Tokens the KV cache can hold.
+      type: int
+    max_model_len:
+      description: The sequence length planned for.
+      type: int
+    sequence_kv_bytes_per_gpu:
+      description: KV bytes of one max_model_len sequence per GPU.
+      type: int
+    fits_one_sequence:
+      description: Whether the weights and one full-length sequence fit.
+      type: bool
+    max_concurrent_full_sequences:
+      description: How many full-length sequences fit in the KV cache at once.
+      type: int
+    max_num_seqs:
+      description: The requested max_num_seqs, for comparison.
+      type: int
+    summary:
+      description: One line for the fleet report.
+      type: str
+  sample:
+    gpus_used: 2
+    usable_bytes_per_gpu: 30000346562
+    weights_bytes_per_gpu: 18000000000
+    kv_bytes_per_token_per_gpu: 163840
+    fits_one_sequence: true
+    max_concurrent_full_sequences: 2
+driver_requirements:
+  description: What a driver for these GPUs must be (for the nvidia_driver role).
+  returned: success
+  type: dict
+  contains:
+    architectures:
+      description: Architecture names of the GPUs.
+      type: list
+      elements: str
+    min_branch:
+      description: Oldest branch that drives them (null = no limit known).
+      type: int
+    max_branch:
+      description: Newest branch that drives them (580 for Volta; null = no limit).
+      type: int
+    kernel_module:
+      description: V(proprietary), V(open), V(either) or V(conflict).
+      type: str
+    recommended_branch:
+      description: The newest supported (not end-of-life) branch within the limits.
+      type: int
+  sample: {"architectures": ["Volta"], "min_branch": null, "max_branch": 580,
+           "kernel_module": "proprietary", "recommended_branch": 580}
+policy_version:
+  description: Version of the shipped policy data.
+  returned: success
+  type: str
+  sample: "1.0.0"
+verdict:
+  description:
+    - All of the above in one dict (C(allowed), C(reasons), C(warnings), C(effective_vllm), C(plan),
+      C(driver_requirements), C(policy_version)); store it as the host's verdict fact.
+  returned: success
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError, evaluate
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            gpus=dict(type="list", elements="dict", default=[]),
+            driver_version=dict(type="str"),
+            cuda_driver_version=dict(type="str"),
+            nvlink=dict(type="bool"),
+            driver_library_mismatch=dict(type="bool", default=False),
+            image=dict(type="dict", default={}),
+            model=dict(type="dict", default={}),
+            vllm=dict(type="dict", default={}),
+            policy=dict(type="dict", default={}),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        verdict = evaluate(
+            gpus=params["gpus"],
+            driver_version=params["driver_version"],
+            image=params["image"],
+            model=params["model"],
+            vllm=params["vllm"],
+            policy_overrides=params["policy"],
+            nvlink=params["nvlink"],
+            driver_library_mismatch=params["driver_library_mismatch"],
+            cuda_driver_version=params["cuda_driver_version"],
+        )
+    except GateInputError as exc:
+        module.fail_json(msg="deploy_gate: invalid input: %s" % exc)
+
+    module.exit_json(
+        changed=False,
+        allowed=verdict["allowed"],
+        reasons=verdict["reasons"],
+        gate_warnings=verdict["warnings"],
+        effective_vllm=verdict["effective_vllm"],
+        plan=verdict["plan"],
+        driver_requirements=verdict["driver_requirements"],
+        policy_version=verdict["policy_version"],
+        verdict=verdict,
+    )
+
+
+if __name__ == "__main__":
+    main()
