@@ -47,6 +47,15 @@ options:
       - By default it is looked up on E(PATH) and in C(/usr/bin), C(/usr/local/bin) and
         C(/usr/local/nvidia/bin).
     type: path
+  timeout:
+    description:
+      - Seconds each C(nvidia-smi) call may take before it is stopped (through coreutils C(timeout)).
+        A GPU that fell off the bus or a wedged driver can make C(nvidia-smi) hang; the probe then
+        reports a C(probe_error) that says so instead of hanging the play.
+      - V(0) disables the limit.
+    type: int
+    default: 60
+    version_added: 0.1.0
 attributes:
   check_mode:
     description: Can run in check mode and return the same facts; it changes nothing.
@@ -317,6 +326,7 @@ NVIDIA_SMI_DIRS = ["/usr/bin", "/usr/local/bin", "/usr/local/nvidia/bin"]
 ARGUMENT_SPEC = dict(
     backend=dict(type="str", default="auto", choices=list(BACKENDS)),
     nvidia_smi=dict(type="path"),
+    timeout=dict(type="int", default=60),
 )
 
 
@@ -335,8 +345,17 @@ def run_module(module):
         return None, "nvidia_smi=%s is not an executable file; fix the path or leave it unset to search PATH" % (
             module.params["nvidia_smi"])
 
+    limit = module.params["timeout"]
+    timeout_bin = module.get_bin_path("timeout") if limit and limit > 0 else None
+
     def run_command(argv):
-        return module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})
+        if timeout_bin:
+            argv = [timeout_bin, "--kill-after=5", str(limit)] + list(argv)
+        rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})
+        if timeout_bin and rc in (124, 137):
+            err = ("%s did not answer within %d s (a hung GPU or driver; look for Xid errors in dmesg)%s"
+                   % (os.path.basename(argv[3]), limit, "\n" + err if err else ""))
+        return rc, out, err
 
     try:
         facts = probe(backend=module.params["backend"], run_command=run_command, nvidia_smi=nvidia_smi)

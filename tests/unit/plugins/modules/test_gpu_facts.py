@@ -75,16 +75,18 @@ def host(tmp_path, monkeypatch):
     monkeypatch.setattr(_gpu, "import_pynvml", lambda: None)
     monkeypatch.setattr(basic.AnsibleModule, "exit_json", _exit_json)
     monkeypatch.setattr(basic.AnsibleModule, "fail_json", _fail_json)
-    state = {"calls": [], "answers": {}, "bin": None}
+    state = {"calls": [], "answers": {}, "bin": None, "timeout_bin": None}
 
     def run_command(self, args, **kwargs):
         state["calls"].append(list(args))
+        if state["timeout_bin"] and args[0] == state["timeout_bin"]:
+            args = args[3:]   # timeout --kill-after=5 N <argv>
         key = "header" if len(args) == 1 else ("topo" if args[1] == "topo" else "query")
         return state["answers"].get(key, (1, "", "unexpected call"))
 
     def get_bin_path(self, name, required=False, opt_dirs=None):
-        assert name == "nvidia-smi"
-        return state["bin"]
+        assert name in ("nvidia-smi", "timeout")
+        return state["bin"] if name == "nvidia-smi" else state["timeout_bin"]
 
     monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
@@ -129,6 +131,34 @@ def test_main_two_v100(host):
     assert queried[0] == "/usr/bin/nvidia-smi"
     assert queried[1].startswith("--query-gpu=index,name,")
     assert queried[2] == "--format=csv,noheader,nounits"
+
+
+def test_main_bounds_each_call_with_timeout(host):
+    host["bin"] = "/usr/bin/nvidia-smi"
+    host["timeout_bin"] = "/usr/bin/timeout"
+    host["answers"] = v100_answers()
+    result = run_main({"timeout": 20})
+    assert result["ansible_facts"]["nvidia"]["state"] == "ok"
+    assert host["calls"] and all(call[:3] == ["/usr/bin/timeout", "--kill-after=5", "20"] for call in host["calls"])
+
+
+def test_main_hung_nvidia_smi_is_a_probe_error_that_says_so(host):
+    host["bin"] = "/usr/bin/nvidia-smi"
+    host["timeout_bin"] = "/usr/bin/timeout"
+    host["answers"] = {"query": (124, "", ""), "header": (124, "", ""), "topo": (124, "", "")}
+    result = run_main({"timeout": 7})
+    nvidia = result["ansible_facts"]["nvidia"]
+    assert "failed" not in result
+    assert nvidia["state"] == "probe_error"
+    assert "did not answer within 7 s" in nvidia["msg"]
+
+
+def test_main_timeout_zero_runs_unbounded(host):
+    host["bin"] = "/usr/bin/nvidia-smi"
+    host["timeout_bin"] = "/usr/bin/timeout"
+    host["answers"] = v100_answers()
+    run_main({"timeout": 0})
+    assert host["calls"][0][0] == "/usr/bin/nvidia-smi"
 
 
 def test_main_check_mode_reads_the_same(host):
