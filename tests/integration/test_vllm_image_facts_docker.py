@@ -30,26 +30,11 @@ if _COLLECTIONS not in sys.path:
     sys.path.insert(0, _COLLECTIONS)
 
 from ansible.module_utils.common import warnings as ansible_warnings  # noqa: E402
+from ansible.module_utils.testing import patch_module_args  # noqa: E402  ansible-core >= 2.19 (pinned)
 
 from ansible_collections.labfleet.vllm.plugins.module_utils import _image as I  # noqa: E402
 from ansible_collections.labfleet.vllm.plugins.modules import vllm_image_facts  # noqa: E402
 
-try:
-    from ansible.module_utils.testing import patch_module_args
-except ImportError:  # ansible-core < 2.19
-    import contextlib
-
-    from ansible.module_utils import basic
-    from ansible.module_utils.common.text.converters import to_bytes
-
-    @contextlib.contextmanager
-    def patch_module_args(args):
-        old = basic._ANSIBLE_ARGS
-        basic._ANSIBLE_ARGS = to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-        try:
-            yield
-        finally:
-            basic._ANSIBLE_ARGS = old
 
 pytestmark = pytest.mark.docker
 

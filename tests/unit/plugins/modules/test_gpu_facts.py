@@ -9,7 +9,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19 (pinned)
 
 from ansible_collections.labfleet.vllm.plugins.module_utils import _gpu
 from ansible_collections.labfleet.vllm.plugins.modules import gpu_facts
@@ -46,21 +46,7 @@ def _fail_json(self, **kwargs):
 
 
 def module_args(args):
-    """Context manager exposing args to AnsibleModule (ansible-core >= 2.19, with a fallback)."""
-    try:
-        from ansible.module_utils.testing import patch_module_args
-    except ImportError:  # ansible-core < 2.19
-        import contextlib
-        from ansible.module_utils.common.text.converters import to_bytes
-
-        @contextlib.contextmanager
-        def patch_module_args(values):
-            old = getattr(basic, "_ANSIBLE_ARGS", None)
-            basic._ANSIBLE_ARGS = to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": values}))
-            try:
-                yield
-            finally:
-                basic._ANSIBLE_ARGS = old
+    """Context manager exposing args to AnsibleModule."""
     return patch_module_args(args)
 
 

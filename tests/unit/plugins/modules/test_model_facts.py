@@ -14,8 +14,8 @@ import os
 
 import pytest
 
-from ansible.module_utils import basic
 from ansible.module_utils.common import warnings as ansible_warnings
+from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19 (pinned)
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._model import GATE_KEYS
 from ansible_collections.labfleet.vllm.plugins.modules import model_facts
@@ -24,22 +24,6 @@ _BUILD = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "model"
 _spec = importlib.util.spec_from_file_location("labfleet_model_fixture_build", _BUILD)
 B = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(B)
-
-try:
-    from ansible.module_utils.testing import patch_module_args
-except ImportError:  # ansible-core < 2.19
-    import contextlib
-
-    from ansible.module_utils.common.text.converters import to_bytes
-
-    @contextlib.contextmanager
-    def patch_module_args(args):
-        old = basic._ANSIBLE_ARGS
-        basic._ANSIBLE_ARGS = to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-        try:
-            yield
-        finally:
-            basic._ANSIBLE_ARGS = old
 
 
 @pytest.fixture(autouse=True)

@@ -15,6 +15,7 @@ import pytest
 
 from ansible.module_utils import basic
 from ansible.module_utils.common import warnings as ansible_warnings
+from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19 (pinned)
 
 from ansible_collections.labfleet.vllm.plugins.module_utils import _image as I
 from ansible_collections.labfleet.vllm.plugins.modules import vllm_image_facts
@@ -24,21 +25,6 @@ try:
 except ImportError:  # pragma: no cover
     import mock
 
-try:
-    from ansible.module_utils.testing import patch_module_args
-except ImportError:  # ansible-core < 2.19
-    import contextlib
-
-    from ansible.module_utils.common.text.converters import to_bytes
-
-    @contextlib.contextmanager
-    def patch_module_args(args):
-        old = basic._ANSIBLE_ARGS
-        basic._ANSIBLE_ARGS = to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-        try:
-            yield
-        finally:
-            basic._ANSIBLE_ARGS = old
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "image")
 NOT_FOUND = (1, "[]", "Error response from daemon: no such image: %s: No such image: %s")
