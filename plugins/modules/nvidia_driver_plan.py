@@ -1,0 +1,85 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: nvidia_driver_plan
+short_description: Plan, assess and key-check an NVIDIA driver installation (pure, no side effects)
+version_added: 0.1.0
+description:
+  - The decisions of the C(labfleet.vllm.nvidia_driver) role, as one pure function with no side
+    effects. It says which packages carry the requested branch on this distribution and from which source,
+    whether an installed driver is kept, installed or changed, what to hold, whether the host needs
+    a reboot and may have one, and whether a downloaded repository key has the expected fingerprint.
+  - Which branch drives which GPU and which kernel-module flavour a GPU needs are not decided here but
+    by M(labfleet.vllm.deploy_gate); its C(driver_requirements.kernel_module) is passed in as
+    C(required_kernel_module).
+  - The module never fails for an answer the request cannot satisfy; the answer then carries C(error).
+options:
+  request:
+    description:
+      - The request. Its C(command) is V(plan) (before any change), V(assess) (after installation) or
+        V(check_key); the other keys are that command's inputs (see the role's tasks).
+    type: dict
+    required: true
+attributes:
+  check_mode:
+    description: Runs in check mode and gives the same answer; it changes nothing.
+    support: full
+  diff_mode:
+    description: Returns no diff; there is nothing to change.
+    support: none
+author:
+  - labfleet contributors (@labfleet)
+"""
+
+EXAMPLES = r"""
+- name: Plan the driver installation
+  labfleet.vllm.nvidia_driver_plan:
+    request:
+      command: plan
+      distribution: "{{ ansible_facts['distribution'] }}"
+      distribution_major_version: "{{ ansible_facts['distribution_major_version'] }}"
+      distribution_version: "{{ ansible_facts['distribution_version'] }}"
+      architecture: "{{ ansible_facts['architecture'] }}"
+      branch: "550"
+      required_kernel_module: proprietary
+  register: driver_plan
+
+- name: Stop when the plan cannot be carried out
+  ansible.builtin.fail:
+    msg: "{{ driver_plan.answer.error | default(driver_plan.answer.action_msg) }}"
+  when: driver_plan.answer.error is defined or driver_plan.answer.action == 'refuse'
+"""
+
+RETURN = r"""
+answer:
+  description:
+    - The command's answer. For V(plan) among others C(packages), C(source), C(kernel_module), C(action)
+      (V(keep), V(install), V(change) or V(refuse)) with C(action_msg), C(apt_pin) and C(repo); for V(assess)
+      C(installed_version), C(to_hold), C(problems) and C(reboot); for V(check_key) C(ok) and C(msg).
+    - C(error) instead when the request cannot be satisfied, with what to fix.
+  returned: always
+  type: dict
+  sample: {"branch": 550, "source": "distro", "kernel_module": "proprietary", "action": "install",
+           "packages": ["nvidia-kernel-dkms", "nvidia-driver"]}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.labfleet.vllm.plugins.module_utils._driver import run
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(request=dict(type="dict", required=True)), supports_check_mode=True)
+    module.exit_json(changed=False, answer=run(module.params["request"]))
+
+
+if __name__ == "__main__":
+    main()
