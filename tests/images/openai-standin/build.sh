@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Test fixture of labfleet.vllm: build the OpenAI stand-in images on the local Docker engine and
+# write each as a `docker save` tarball, the form an air-gapped lab gets its vLLM image in.
+#
+#   tests/images/openai-standin/build.sh OUTDIR [TAG...]
+#
+# Tags: 1 (healthy), 2-notokens (answers /health and /v1/models, completions carry no tokens),
+# 2-exits (exits 0 three seconds into a 30-second "model load", before it listens). Default: all of them.
+# A tarball is rewritten only when the image changed; prints one line per tag:
+#   "<tag> <image id> <tarball> built|unchanged".
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: build.sh OUTDIR [TAG...]}
+shift
+tags=("$@")
+[ ${#tags[@]} -gt 0 ] || tags=(1 2-notokens 2-exits)
+base=${LABFLEET_STANDIN_BASE:-${LABFLEET_MOLECULE_IMAGE_BOOKWORM:-labfleet/molecule-debian:bookworm}}
+mkdir -p "${out}"
+
+for tag in "${tags[@]}"; do
+  case "${tag}" in
+    1) args=(--build-arg STANDIN_VERSION=1) ;;
+    2-notokens) args=(--build-arg STANDIN_VERSION=2 --build-arg STANDIN_NO_TOKENS=1) ;;
+    2-exits) args=(--build-arg STANDIN_VERSION=2 --build-arg STANDIN_START_DELAY=30 --build-arg STANDIN_EXIT_AFTER=3) ;;
+    *) echo "build.sh: unknown tag ${tag}" >&2; exit 2 ;;
+  esac
+  image="labfleet/openai-standin:${tag}"
+  docker build -q --build-arg BASE_IMAGE="${base}" "${args[@]}" -t "${image}" "${here}" >/dev/null
+  id=$(docker image inspect --format '{{.Id}}' "${image}")
+  tarball="${out}/openai-standin-${tag}.tar"
+  if [ -f "${tarball}" ] && [ "$(cat "${tarball}.id" 2>/dev/null)" = "${id}" ]; then
+    echo "${tag} ${id} ${tarball} unchanged"
+    continue
+  fi
+  docker save -o "${tarball}.tmp" "${image}"
+  chmod 0644 "${tarball}.tmp"
+  mv -f "${tarball}.tmp" "${tarball}"
+  echo "${id}" > "${tarball}.id"
+  echo "${tag} ${id} ${tarball} built"
+done
