@@ -19,26 +19,20 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import uuid
 
 import pytest
 
-_REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-_COLLECTIONS = os.path.join(_REPO, "collections")
-if _COLLECTIONS not in sys.path:
-    sys.path.insert(0, _COLLECTIONS)
+from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19 (pinned)
 
-from ansible.module_utils.common import warnings as ansible_warnings  # noqa: E402
-from ansible.module_utils.testing import patch_module_args  # noqa: E402  ansible-core >= 2.19 (pinned)
-
-from ansible_collections.labfleet.vllm.plugins.module_utils import _image as I  # noqa: E402
-from ansible_collections.labfleet.vllm.plugins.modules import vllm_image_facts  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils import _image as I
+from ansible_collections.labfleet.vllm.plugins.modules import vllm_image_facts
 
 
 pytestmark = pytest.mark.docker
 
 BASE_IMAGE = os.environ.get("LABFLEET_FAKE_VLLM_BASE", "labfleet/molecule-debian:bookworm")
+_REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CONTEXT = os.path.join(_REPO, "tests", "images", "fake-vllm")
 
 
@@ -65,15 +59,6 @@ def fake_image():
     assert built.returncode == 0, built.stderr
     yield tag
     _docker("image", "rm", "-f", tag)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    for name in ("_global_warnings", "_global_deprecations"):
-        store = getattr(ansible_warnings, name, None)
-        if store is not None:
-            store.clear()
-    yield
 
 
 def run_module(args, capsys):

@@ -14,7 +14,6 @@ import os
 
 import pytest
 
-from ansible.module_utils.common import warnings as ansible_warnings
 from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19 (pinned)
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._model import GATE_KEYS
@@ -24,15 +23,6 @@ _BUILD = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "model"
 _spec = importlib.util.spec_from_file_location("labfleet_model_fixture_build", _BUILD)
 B = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(B)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    for name in ("_global_warnings", "_global_deprecations"):
-        store = getattr(ansible_warnings, name, None)
-        if store is not None:
-            store.clear()
-    yield
 
 
 def run(args, capsys):

@@ -14,7 +14,6 @@ import os
 import pytest
 
 from ansible.module_utils import basic
-from ansible.module_utils.common import warnings as ansible_warnings
 from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19 (pinned)
 
 from ansible_collections.labfleet.vllm.plugins.module_utils import _image as I
@@ -33,15 +32,6 @@ NOT_FOUND = (1, "[]", "Error response from daemon: no such image: %s: No such im
 def fixture(name):
     with open(os.path.join(FIX, name)) as handle:
         return handle.read()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    for name in ("_global_warnings", "_global_deprecations"):
-        store = getattr(ansible_warnings, name, None)
-        if store is not None:
-            store.clear()
-    yield
 
 
 class Docker(object):
