@@ -18,7 +18,8 @@
 
 Which branch drives which GPU, and which kernel-module flavour a GPU needs, is NOT decided here:
 that is the deployment gate's policy (labfleet.vllm.deploy_gate, _policy.py). The role passes
-the gate's answer (driver_requirements.kernel_module) in.
+the gate's answer (driver_requirements.kernel_module) in; the architecture names in this file's
+messages come from the same policy table (_policy.kernel_module_labels).
 
 The role asks through the module labfleet.vllm.nvidia_driver_plan, which passes one request
 dict to run(); the answer carries ``error`` when the request cannot be satisfied. Unit tests call
@@ -33,6 +34,8 @@ import base64
 import binascii
 import hashlib
 import re
+
+from ansible_collections.labfleet.vllm.plugins.module_utils._policy import kernel_module_labels
 
 # ---------------------------------------------------------------------------------------------
 # Data
@@ -275,6 +278,11 @@ def choose_source(key, branch, requested="auto"):
     return "cuda_repo", "%s's own archive has no R%d; NVIDIA's CUDA repository is used" % (info["label"], branch)
 
 
+def _join(names):
+    """"A, B and C"."""
+    return names[0] if len(names) == 1 else "%s and %s" % (", ".join(names[:-1]), names[-1])
+
+
 def choose_flavour(requested, required):
     """The kernel-module flavour to install.
 
@@ -285,10 +293,12 @@ def choose_flavour(requested, required):
     if requested not in FLAVOURS:
         raise DriverInputError("nvidia_driver_kernel_module: expected one of %s, got %r"
                                % (", ".join(FLAVOURS), requested))
+    labels = kernel_module_labels()
+    proprietary_only = _join(labels["proprietary_only"])
     if required == "conflict":
         raise DriverInputError(
-            "the host mixes GPUs that need the proprietary kernel module (Maxwell, Pascal, Volta) with GPUs that "
-            "need the open one; no single driver flavour drives both")
+            "the host mixes GPUs that need the proprietary kernel module (%s) with GPUs that "
+            "need the open one; no single driver flavour drives both" % ", ".join(labels["proprietary_only"]))
     if requested == "auto":
         if required == "open":
             return "open"
@@ -296,11 +306,12 @@ def choose_flavour(requested, required):
             return "proprietary"
         raise DriverInputError(
             "the GPUs of this host could not be identified, so the kernel-module flavour cannot be chosen; set "
-            "nvidia_driver_kernel_module to proprietary (Maxwell to Hopper) or open (Turing and newer)")
+            "nvidia_driver_kernel_module to proprietary (%s to %s) or open (%s and newer)"
+            % (labels["proprietary_ok"][0], labels["proprietary_ok"][-1], labels["open_ok"][0]))
     if requested == "open" and required == "proprietary":
         raise DriverInputError(
             "nvidia_driver_kernel_module=open, but the open GPU kernel modules do not support this host's GPUs "
-            "(Maxwell, Pascal and Volta need the proprietary module); use proprietary or auto")
+            "(%s need the proprietary module); use proprietary or auto" % proprietary_only)
     if requested == "proprietary" and required == "open":
         raise DriverInputError(
             "nvidia_driver_kernel_module=proprietary, but this host's GPUs need the open GPU kernel modules; "

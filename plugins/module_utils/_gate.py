@@ -25,8 +25,12 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
     KV_CACHE_DTYPES,
     PolicyError,
     arch_for_cc,
+    arch_reach,
     canonical_quant,
+    coerce_bool,
+    coerce_int,
     compare_versions,
+    cuda_version_from_nvml,
     driver_branch_eol,
     evaluate_require_cuda,
     format_cc,
@@ -35,10 +39,13 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
     merge_policy,
     parse_cc,
     parse_driver_version,
+    parse_arch,
     parse_require_cuda,
     parse_version,
     resolve_quant,
+    short_repr,
     toolkit_entry,
+    type_name,
     value_for_version,
     vllm_min_cc,
 )
@@ -113,37 +120,15 @@ class GateInputError(ValueError):
 
 
 def _tname(value):
-    return type(value).__name__
+    return type_name(value)
 
 
 def _short(value):
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return short_repr(value)
 
 
 def _to_int(value, where, minimum=0, maximum=_MAX_INT):
-    if value is None:
-        return None
-    result = None
-    if isinstance(value, bool):
-        result = None
-    elif isinstance(value, int):
-        result = value
-    elif isinstance(value, float):
-        if math.isfinite(value) and value == int(value):
-            result = int(value)
-    elif isinstance(value, str):
-        text = value.strip().replace("_", "")
-        if re.match(r"^\d{1,19}$", text):
-            result = int(text)
-        elif re.match(r"^\d{1,19}\.0*$", text):
-            result = int(text.split(".")[0])
-    if result is None:
-        raise GateInputError("%s: expected an integer, got %s" % (where, _short(value)))
-    if result < minimum or result > maximum:
-        raise GateInputError("%s: expected an integer between %d and %d, got %d"
-                             % (where, minimum, maximum, result))
-    return result
+    return coerce_int(value, where, minimum=minimum, maximum=maximum, error=GateInputError)
 
 
 def _to_number(value, where, minimum=0.0, maximum=1e18, exclusive_min=False):
@@ -166,19 +151,7 @@ def _to_number(value, where, minimum=0.0, maximum=1e18, exclusive_min=False):
 
 
 def _to_bool(value, where):
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in ("true", "yes", "on", "1"):
-            return True
-        if text in ("false", "no", "off", "0"):
-            return False
-        if text in ("", "none", "null"):
-            return None
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    raise GateInputError("%s: expected true or false, got %s" % (where, _short(value)))
+    return coerce_bool(value, where, error=GateInputError)
 
 
 def _to_str(value, where, allow_numbers=True):
@@ -229,35 +202,17 @@ def _human_int(value, where):
 
 
 def _parse_arch_entry(text, where):
-    """Torch-style arch entry -> list of (cc, kind, exact). kind: 'sass' or 'ptx'."""
-    raw = text.strip().lower()
-    ptx_too = False
-    if raw.endswith("+ptx"):
-        ptx_too = True
-        raw = raw[:-4]
-    kind = "sass"
-    if raw.startswith("sm_"):
-        digits = raw[3:]
-    elif raw.startswith("compute_"):
-        kind = "ptx"
-        digits = raw[8:]
-    else:
-        digits = None
-    exact = False
-    if digits is not None:
-        match = re.match(r"^(\d{2,3})([af]?)$", digits)
-        cc = (int(match.group(1)[:-1]), int(match.group(1)[-1])) if match else None
-        exact = bool(match and match.group(2) == "a")
-    else:
-        match = re.match(r"^(\d{1,2})\.(\d)([af]?)$", raw)
-        cc = (int(match.group(1)), int(match.group(2))) if match else None
-        exact = bool(match and match.group(3) == "a")
-    if cc is None:
+    """Torch-style arch entry -> list of (cc, kind, exact). kind: 'sass' or 'ptx' (read by
+    _policy.parse_arch)."""
+    parsed = parse_arch(text)
+    if parsed is None:
         raise GateInputError("%s: cannot read arch entry %r; expected forms like '7.0', '9.0+PTX', "
                              "'sm_70' or 'compute_70'" % (where, text))
-    entries = [(cc, kind, exact)]
-    if ptx_too and kind == "sass":
-        entries.append((cc, "ptx", exact))
+    major, minor, suffix, sass, ptx = parsed
+    exact = suffix == "a"
+    entries = [((major, minor), "sass", exact)] if sass else []
+    if ptx:
+        entries.append(((major, minor), "ptx", exact))
     return entries
 
 
@@ -267,12 +222,11 @@ def _cuda_driver_tuple(value, where):
         return None
     if isinstance(value, int) and not isinstance(value, bool):
         if 1000 <= value < 100000:
-            return (value // 1000, (value % 1000) // 10)
+            return cuda_version_from_nvml(value)
         raise GateInputError("%s: expected a CUDA version like '12.4' or NVML's 12040, got %d" % (where, value))
     text = _to_str(value, where)
     if text.strip().isdigit() and 1000 <= int(text.strip()) < 100000:
-        number = int(text.strip())
-        return (number // 1000, (number % 1000) // 10)
+        return cuda_version_from_nvml(int(text.strip()))
     parsed = parse_version(text)
     if parsed is None or not re.match(r"^\s*\d+\.\d+(\.\d+)?\s*$", text):
         raise GateInputError("%s: expected a CUDA version like '12.4', got %s" % (where, _short(value)))
@@ -480,15 +434,10 @@ def infer_brands(name):
 
 
 def _arch_support(entries, cc):
-    """'sass', 'ptx' or None: how the image's arch entries reach compute capability cc."""
-    ptx = False
-    for arch, kind, exact in entries:
-        if kind == "sass":
-            if (exact and arch == cc) or (not exact and arch[0] == cc[0] and arch[1] <= cc[1]):
-                return "sass"
-        elif (exact and arch == cc) or (not exact and arch <= cc):
-            ptx = True
-    return "ptx" if ptx else None
+    """'sass', 'ptx' or None: how the image's arch entries reach compute capability cc
+    (_policy.arch_reach, the one coverage rule)."""
+    return arch_reach([(arch[0], arch[1], "a" if exact else "", kind == "sass", kind == "ptx")
+                       for arch, kind, exact in entries], cc)
 
 
 def _release_for(policy, version):

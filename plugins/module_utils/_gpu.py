@@ -40,6 +40,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._pci_ids import (
     lookup_device,
     normalize_device_id,
 )
+from ansible_collections.labfleet.vllm.plugins.module_utils._policy import cuda_version_from_nvml
 
 # States (machine-readable; documented in the module's RETURN block). Never renamed.
 STATE_OK = "ok"
@@ -226,7 +227,7 @@ def normalize_cc(value):
 
 
 def cuda_version_from_int(value):
-    """NVML's 12040 -> '12.4' (major = v // 1000, minor = (v % 1000) // 10)."""
+    """NVML's 12040 -> '12.4' (decoded by _policy.cuda_version_from_nvml)."""
     if value is None or isinstance(value, bool):
         return None
     try:
@@ -235,7 +236,7 @@ def cuda_version_from_int(value):
         return None
     if number <= 0:
         return None
-    return "%d.%d" % (number // 1000, (number % 1000) // 10)
+    return "%d.%d" % cuda_version_from_nvml(number)
 
 
 def _version_key(version):

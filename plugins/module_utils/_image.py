@@ -10,7 +10,8 @@
 Pure functions and data (no Ansible imports):
 
 - ``PROFILES``: what is known about published ``vllm/vllm-openai`` images, so the deployment gate
-  can decide before the image is pulled. Every field has a ``source`` and a ``confidence``
+  can decide before the image is pulled. Derived from the release table ``_policy.VLLM_RELEASES``
+  (each per-release fact is written there once). Every field has a ``source`` and a ``confidence``
   (``verified``: read in the release's own source or in two independent verbatim copies;
   ``third_party``: one verbatim third-party copy; ``inferred``: derived, check before relying on it).
 - ``parse_inspect``: ``docker image inspect`` JSON -> digest, CUDA_VERSION, NVIDIA_REQUIRE_CUDA, ...
@@ -28,218 +29,79 @@ import copy
 import json
 import re
 
+from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
+    TORCH_WHEELS,
+    VLLM_RELEASES,
+    covers,
+    parse_arch,
+    require_cuda_string,
+)
+
 # ---------------------------------------------------------------------------------------------
-# Profiles of published images
+# Profiles of published images, derived from the release table (_policy.VLLM_RELEASES)
 # ---------------------------------------------------------------------------------------------
 
-# NVIDIA_REQUIRE_CUDA of the nvidia/cuda base images. In this string a space means OR and a comma
-# AND; nvidia-container-cli enforces it against the host driver at `docker run --gpus`.
-_BRANDS_10 = ("tesla", "unknown", "nvidia", "nvidiartx", "geforce", "geforcertx", "quadro", "quadrortx",
-              "titan", "titanrtx")
-_BRANDS_12 = ("unknown", "grid", "tesla", "nvidia", "quadro", "quadrortx", "nvidiartx", "vapps", "vpc", "vcs",
-              "vws", "cloudgaming")
+# NVIDIA_REQUIRE_CUDA of the nvidia/cuda base images (built from _policy.FORWARD_COMPAT_IMAGE_BRANCHES).
+REQUIRE_CUDA_12_4 = require_cuda_string("12.4")
+REQUIRE_CUDA_12_9 = require_cuda_string("12.9")
+REQUIRE_CUDA_13_0 = require_cuda_string("13.0")
 
+# --quantization names of the releases with a profile (the lists live in VLLM_RELEASES).
+QUANT_0_8_5 = VLLM_RELEASES["0.8.5"]["quantization_methods"]
+QUANT_0_19_1 = VLLM_RELEASES["0.19.1"]["quantization_methods"]
+QUANT_0_20_0 = VLLM_RELEASES["0.20.0"]["quantization_methods"]
 
-def _require(cuda, branches, brands):
-    words = ["cuda>=%s" % cuda]
-    for branch in branches:
-        for brand in brands:
-            words.append("brand=%s,driver>=%d,driver<%d" % (brand, branch, branch + 1))
-    return " ".join(words)
-
-
-REQUIRE_CUDA_12_4 = _require("12.4", (470, 525, 535), _BRANDS_10)
-REQUIRE_CUDA_12_9 = _require("12.9", (535, 550, 560, 565, 570), _BRANDS_12)
-REQUIRE_CUDA_13_0 = _require("13.0", (535, 550, 565, 570, 575), _BRANDS_12)
-
-SOURCES = {
-    "S-SDIST-0.8.5": "vllm 0.8.5 release source (PyPI sdist): docker/Dockerfile, "
-                     ".buildkite/release-pipeline.yaml (release build passes --build-arg CUDA_VERSION=12.4.0), "
-                     "requirements/cuda.txt, vllm/model_executor/layers/quantization/__init__.py",
-    "S-SDIST-0.19.1": "vllm 0.19.1 release source (PyPI sdist): docker/Dockerfile (x86_64 release build uses the "
-                      "default torch_cuda_arch_list), .buildkite/release-pipeline.yaml, requirements/cuda.txt, "
-                      "vllm/model_executor/layers/quantization/__init__.py",
-    "S-SDIST-0.20.0": "vllm 0.20.0 release source (PyPI sdist): docker/Dockerfile, .buildkite/release-pipeline.yaml "
-                      "(CUDA_ARCH_X86 / CUDA_ARCH_X86_CU129), .buildkite/scripts/annotate-release.sh, "
-                      "requirements/cuda.txt, vllm/model_executor/layers/quantization/__init__.py",
-    "S-INSPECT-0.8.5": "third-party copy of `docker inspect vllm/vllm-openai:v0.8.5` Config.Env (an experiment "
-                       "write-up on NVIDIA_VISIBLE_DEVICES): CUDA_VERSION=12.4.0, the full NVIDIA_REQUIRE_CUDA",
-    "S-CUDA-12.4": "third-party copies of nvidia/cuda 12.4.x image environments (same NVIDIA_REQUIRE_CUDA)",
-    "S-ENV-0.16.0": "third-party `vllm collect-env` of a vllm/vllm-openai 0.16.0 container (CUDA_VERSION=12.9.1, "
-                    "NVIDIA_REQUIRE_CUDA, TORCH_CUDA_ARCH_LIST)",
-    "S-ENV-0.23.0": "third-party copy of the vllm/vllm-openai:v0.23.0 image environment (CUDA_VERSION=13.0.2, "
-                    "NVIDIA_REQUIRE_CUDA, TORCH_CUDA_ARCH_LIST)",
-    "S-FACTS-2.3": "facts.md 2.3 (PyTorch wheel arch lists, .ci/manywheel/build_cuda.sh and issues)",
-    "S-DOCS": "vLLM installation docs in each release ('compute capability 7.0 or higher' through 0.19.x, "
-              "'7.5 or higher' from 0.20.0)",
-}
-
-QUANT_0_8_5 = [
-    "aqlm", "awq", "deepspeedfp", "tpu_int8", "fp8", "ptpc_fp8", "fbgemm_fp8", "modelopt", "nvfp4", "marlin",
-    "bitblas", "gguf", "gptq_marlin_24", "gptq_marlin", "gptq_bitblas", "awq_marlin", "gptq",
-    "compressed-tensors", "bitsandbytes", "qqq", "hqq", "experts_int8", "neuron_quant", "ipex", "quark",
-    "moe_wna16", "torchao",
-]
-QUANT_0_19_1 = [
-    "awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed",
-    "gguf", "gptq_marlin", "awq_marlin", "gptq", "compressed-tensors", "bitsandbytes", "experts_int8", "quark",
-    "moe_wna16", "torchao", "inc", "mxfp4", "mxfp8", "petit_nvfp4", "cpu_awq",
-]
-QUANT_0_20_0 = [
-    "awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed",
-    "gguf", "gptq_marlin", "awq_marlin", "gptq", "humming", "compressed-tensors", "bitsandbytes",
-    "experts_int8", "quark", "moe_wna16", "torchao", "inc", "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8",
-    "cpu_awq", "online", "fp8_per_tensor", "fp8_per_block", "int8_per_channel_weight_only", "mxfp8",
-]
+# Profile field <- release field (VLLM_RELEASES names; "version" is the release key itself).
+PROFILE_FIELDS = (
+    ("vllm_version", "version"), ("cuda_version", "cuda_base"), ("require_cuda", "require_cuda"),
+    ("arch_list", "vllm_arch"), ("torch_version", "torch"), ("torch_cuda_version", "torch_cuda"),
+    ("torch_arch_list", "torch_arch"), ("python_version", "python"), ("entrypoint", "entrypoint"),
+    ("quantization_methods", "quantization_methods"), ("min_compute_capability", "min_cc"),
+)
 
 
 def _split(text):
-    return text.split()
+    return text.split() if text is not None else None
 
 
-PROFILES = {
-    "vllm/vllm-openai:v0.8.5": {
-        "tags": ["v0.8.5"],
-        "digests": [],
-        "vllm_version": "0.8.5",
-        "cuda_version": "12.4.0",
-        "require_cuda": REQUIRE_CUDA_12_4,
-        "require_cuda_complete": True,
-        "arch_list": _split("7.0 7.5 8.0 8.6 8.9 9.0+PTX"),
-        "torch_version": "2.6.0",
-        "torch_cuda_version": "12.4",
-        "torch_arch_list": _split("5.0 6.0 7.0 7.5 8.0 8.6 9.0"),
-        "python_version": "3.12",
-        "entrypoint": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-        "quantization_methods": QUANT_0_8_5,
-        "min_compute_capability": "7.0",
-        "env_has_arch_list": False,
-        "notes": [
-            "The Dockerfile's ARG CUDA_VERSION default is 12.4.1, but the release build passes "
-            "--build-arg CUDA_VERSION=12.4.0, and an inspect of the published tag shows CUDA_VERSION=12.4.0.",
-            "The final image sets no TORCH_CUDA_ARCH_LIST; vLLM's kernel arch list comes from the Dockerfile.",
-            "On compute capability < 8.0 vLLM 0.8.5 runs the V0 engine with XFormers attention; do not set "
-            "VLLM_USE_V1=1.",
-        ],
-        "source": {
-            "vllm_version": "S-SDIST-0.8.5", "cuda_version": "S-SDIST-0.8.5; S-INSPECT-0.8.5",
-            "require_cuda": "S-INSPECT-0.8.5; S-CUDA-12.4", "arch_list": "S-SDIST-0.8.5",
-            "torch_version": "S-SDIST-0.8.5", "torch_cuda_version": "S-SDIST-0.8.5 (torch==2.6.0 from PyPI)",
-            "torch_arch_list": "S-FACTS-2.3", "python_version": "S-SDIST-0.8.5", "entrypoint": "S-SDIST-0.8.5",
-            "quantization_methods": "S-SDIST-0.8.5", "min_compute_capability": "S-DOCS",
-        },
-        "confidence": {
-            "vllm_version": "verified", "cuda_version": "verified", "require_cuda": "verified",
-            "arch_list": "verified", "torch_version": "verified", "torch_cuda_version": "inferred",
-            "torch_arch_list": "inferred", "python_version": "verified", "entrypoint": "verified",
-            "quantization_methods": "verified", "min_compute_capability": "verified",
-        },
-    },
-    "vllm/vllm-openai:v0.19.1": {
-        "tags": ["v0.19.1", "v0.19.1-x86_64"],
-        "digests": [],
-        "vllm_version": "0.19.1",
-        "cuda_version": "12.9.1",
-        "require_cuda": REQUIRE_CUDA_12_9,
-        "require_cuda_complete": True,
-        "arch_list": _split("7.0 7.5 8.0 8.9 9.0 10.0 12.0"),
-        "torch_version": "2.10.0",
-        "torch_cuda_version": "12.9",
-        "torch_arch_list": _split("7.0 7.5 8.0 8.6 9.0 10.0 12.0+PTX"),
-        "python_version": "3.12",
-        "entrypoint": ["vllm", "serve"],
-        "quantization_methods": QUANT_0_19_1,
-        "min_compute_capability": "7.0",
-        "env_has_arch_list": True,
-        "notes": [
-            "The last vLLM release line whose docs name compute capability 7.0 (V100).",
-            "The image sets VLLM_ENABLE_CUDA_COMPATIBILITY=0: the bundled cuda-compat libraries are opt-in.",
-            "--swap-space was removed in 0.18.0.",
-            "The aarch64 half of the tag is built for 8.7 8.9 9.0 10.0+PTX 12.0; this profile is the x86_64 one.",
-        ],
-        "source": {
-            "vllm_version": "S-SDIST-0.19.1", "cuda_version": "S-SDIST-0.19.1",
-            "require_cuda": "S-ENV-0.16.0 (same nvidia/cuda 12.9.1 base)", "arch_list": "S-SDIST-0.19.1",
-            "torch_version": "S-SDIST-0.19.1", "torch_cuda_version": "S-SDIST-0.19.1 (cu129 index)",
-            "torch_arch_list": "S-FACTS-2.3", "python_version": "S-SDIST-0.19.1", "entrypoint": "S-SDIST-0.19.1",
-            "quantization_methods": "S-SDIST-0.19.1", "min_compute_capability": "S-DOCS",
-        },
-        "confidence": {
-            "vllm_version": "verified", "cuda_version": "verified", "require_cuda": "inferred",
-            "arch_list": "verified", "torch_version": "verified", "torch_cuda_version": "verified",
-            "torch_arch_list": "inferred", "python_version": "inferred", "entrypoint": "verified",
-            "quantization_methods": "verified", "min_compute_capability": "verified",
-        },
-    },
-    "vllm/vllm-openai:v0.20.0": {
-        "tags": ["v0.20.0", "v0.20.0-x86_64"],
-        "digests": [],
-        "vllm_version": "0.20.0",
-        "cuda_version": "13.0.2",
-        "require_cuda": REQUIRE_CUDA_13_0,
-        "require_cuda_complete": True,
-        "arch_list": _split("7.5 8.0 8.6 8.9 9.0 10.0 12.0+PTX"),
-        "torch_version": "2.11.0",
-        "torch_cuda_version": "13.0",
-        "torch_arch_list": _split("7.5 8.0 8.6 9.0 10.0 12.0+PTX"),
-        "python_version": "3.12",
-        "entrypoint": ["vllm", "serve"],
-        "quantization_methods": QUANT_0_20_0,
-        "min_compute_capability": "7.5",
-        "env_has_arch_list": True,
-        "notes": [
-            "The first release without Volta: CUDA 13 cannot build sm_70 and the docs say compute capability 7.5.",
-            "The release build passes CUDA_ARCH_X86='7.5 8.0 8.6 8.9 9.0 10.0 12.0+PTX'; the Dockerfile default "
-            "(with 11.0) applies to other builds.",
-        ],
-        "source": {
-            "vllm_version": "S-SDIST-0.20.0", "cuda_version": "S-SDIST-0.20.0",
-            "require_cuda": "S-ENV-0.23.0 (same nvidia/cuda 13.0.2 base)", "arch_list": "S-SDIST-0.20.0",
-            "torch_version": "S-SDIST-0.20.0", "torch_cuda_version": "S-SDIST-0.20.0 (cu130 index)",
-            "torch_arch_list": "S-FACTS-2.3", "python_version": "S-SDIST-0.20.0", "entrypoint": "S-SDIST-0.20.0",
-            "quantization_methods": "S-SDIST-0.20.0", "min_compute_capability": "S-DOCS",
-        },
-        "confidence": {
-            "vllm_version": "verified", "cuda_version": "verified", "require_cuda": "inferred",
-            "arch_list": "verified", "torch_version": "verified", "torch_cuda_version": "verified",
-            "torch_arch_list": "verified", "python_version": "inferred", "entrypoint": "verified",
-            "quantization_methods": "verified", "min_compute_capability": "verified",
-        },
-    },
-    "vllm/vllm-openai:v0.20.0-cu129": {
-        "tags": ["v0.20.0-cu129", "v0.20.0-x86_64-cu129"],
-        "digests": [],
-        "vllm_version": "0.20.0",
-        "cuda_version": "12.9.1",
-        "require_cuda": REQUIRE_CUDA_12_9,
-        "require_cuda_complete": True,
-        "arch_list": _split("7.5 8.0 8.6 8.9 9.0 10.0 12.0"),
-        "torch_version": "2.11.0",
-        "torch_cuda_version": "12.9",
-        "torch_arch_list": None,
-        "python_version": "3.12",
-        "entrypoint": ["vllm", "serve"],
-        "quantization_methods": QUANT_0_20_0,
-        "min_compute_capability": "7.5",
-        "env_has_arch_list": True,
-        "notes": [
-            "The CUDA 12.9 variant of 0.20.0 still has no sm_70 kernels (CUDA_ARCH_X86_CU129 starts at 7.5).",
-        ],
-        "source": {
-            "vllm_version": "S-SDIST-0.20.0", "cuda_version": "S-SDIST-0.20.0",
-            "require_cuda": "S-ENV-0.16.0 (same nvidia/cuda 12.9.1 base)", "arch_list": "S-SDIST-0.20.0",
-            "torch_version": "S-SDIST-0.20.0", "torch_cuda_version": "S-SDIST-0.20.0",
-            "torch_arch_list": "unknown", "python_version": "S-SDIST-0.20.0", "entrypoint": "S-SDIST-0.20.0",
-            "quantization_methods": "S-SDIST-0.20.0", "min_compute_capability": "S-DOCS",
-        },
-        "confidence": {
-            "vllm_version": "verified", "cuda_version": "verified", "require_cuda": "inferred",
-            "arch_list": "verified", "torch_version": "verified", "torch_cuda_version": "verified",
-            "torch_arch_list": "unknown", "python_version": "inferred", "entrypoint": "verified",
-            "quantization_methods": "verified", "min_compute_capability": "verified",
-        },
-    },
-}
+def profile_from_release(version, image_key, releases=None):
+    """The profile of one published image of a release (PROFILES' shape), from the release table.
+
+    A variant image (e.g. the -cu129 build of 0.20.0) overrides the release fields it names; its
+    CUDA-dependent fields (require_cuda, torch_arch) follow the override.
+    """
+    releases = VLLM_RELEASES if releases is None else releases
+    release = releases[version]
+    image = release["images"][image_key]
+    fields = dict(release, version=version)
+    variant = image.get("variant") or {}
+    fields.update(variant)
+    if "cuda_base" in variant:
+        fields["require_cuda"] = require_cuda_string(fields["cuda_base"])
+    if "torch_wheel" in variant:
+        wheel = TORCH_WHEELS.get(variant["torch_wheel"])
+        fields["torch_arch"] = wheel["arch"] if wheel else None
+    field_source = dict(release.get("field_source") or {}, **(image.get("field_source") or {}))
+    field_confidence = dict(release.get("field_confidence") or {}, **(image.get("field_confidence") or {}))
+    profile = {"tags": list(image["tags"]), "digests": list(image.get("digests") or [])}
+    profile["source"] = {}
+    profile["confidence"] = {}
+    for name, field in PROFILE_FIELDS:
+        value = copy.deepcopy(fields.get(field))
+        if name in ("arch_list", "torch_arch_list"):
+            value = _split(value)
+        profile[name] = value
+        profile["source"][name] = field_source.get(field, release["source"])
+        profile["confidence"][name] = field_confidence.get(field, release["confidence"])
+    profile["require_cuda_complete"] = profile["require_cuda"] is not None
+    profile["env_has_arch_list"] = bool(image.get("env_has_arch_list"))
+    profile["notes"] = list(fields.get("notes") or [])
+    return profile
+
+
+PROFILES = dict((image_key, profile_from_release(version, image_key))
+                for version, release in VLLM_RELEASES.items()
+                for image_key in sorted(release.get("images") or {}))
 
 # Registries that mean Docker Hub.
 _DOCKER_HUB = ("docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com")
@@ -320,32 +182,8 @@ def lookup_profile(ref, profiles=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# Arch lists
+# Arch lists (parse_arch and covers, the SASS/PTX coverage rule, live in _policy.py)
 # ---------------------------------------------------------------------------------------------
-
-_ARCH_RE = re.compile(r"^(?:(?P<kind>sm|compute)_(?P<cc>\d{2,3})(?P<suffix>[af]?)|"
-                      r"(?P<major>\d{1,2})\.(?P<minor>\d)(?P<suffix2>[af]?)(?P<ptx>\+PTX)?)$", re.IGNORECASE)
-
-
-def parse_arch(entry):
-    """One arch entry -> (major, minor, suffix, sass, ptx), or None if unreadable.
-
-    Accepts torch's notation ("7.0", "9.0+PTX", "9.0a") and nvcc's ("sm_70", "compute_90",
-    "sm_90a"). "X.Y+PTX" means SASS and PTX for X.Y.
-    """
-    if not isinstance(entry, str):
-        return None
-    match = _ARCH_RE.match(entry.strip())
-    if not match:
-        return None
-    if match.group("kind"):
-        digits = match.group("cc")
-        major, minor = int(digits[:-1]), int(digits[-1])
-        compute = match.group("kind").lower() == "compute"
-        return (major, minor, match.group("suffix").lower(), not compute, compute)
-    return (int(match.group("major")), int(match.group("minor")), match.group("suffix2").lower(), True,
-            bool(match.group("ptx")))
-
 
 def split_arch_list(value):
     """An arch list as a list of entries: accepts a list, or a string split on spaces, ';' or ','."""
@@ -384,28 +222,6 @@ def normalise_arch_list(value):
         ptx = found[(major, minor, suffix)][1]
         result.append("%d.%d%s%s" % (major, minor, suffix, "+PTX" if ptx else ""))
     return result
-
-
-def covers(arch_list, cc):
-    """How an arch list reaches compute capability ``cc`` (major, minor): "sass", "ptx" or None.
-
-    SASS for X.Y runs on X.Z with Z >= Y (same major); arch-specific builds ("9.0a") run only on
-    their own arch; PTX for X.Y is JIT-compiled for any arch >= X.Y.
-    """
-    best = None
-    for entry in arch_list or []:
-        parsed = parse_arch(entry)
-        if parsed is None:
-            continue
-        major, minor, suffix, sass, ptx = parsed
-        if sass:
-            if suffix == "a" and (major, minor) == cc:
-                return "sass"
-            if suffix != "a" and major == cc[0] and minor <= cc[1]:
-                return "sass"
-        if ptx and suffix != "a" and (major, minor) <= cc:
-            best = "ptx"
-    return best
 
 
 def effective_arch_list(vllm_list, torch_list):

@@ -23,6 +23,13 @@ import json
 import os
 import struct
 
+from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
+    KNOWN_VLLM_QUANT_METHODS,
+    QUANTIZATION,
+    quant_text,
+    vllm_quant_name,
+)
+
 # safetensors refuses headers above 100,000,000 bytes (its MAX_HEADER_SIZE); a larger length
 # word means the file is not a safetensors file (or is damaged), so nothing is read past it.
 MAX_HEADER_BYTES = 100000000
@@ -59,23 +66,13 @@ AUX_TENSOR_NAMES = (
 # Float dtypes of unquantized checkpoints, as config.json spells them.
 _SAFETENSORS_TO_TORCH_DTYPE = {"F16": "float16", "BF16": "bfloat16", "F32": "float32"}
 
-# Every name that some vLLM release accepts for --quantization (vllm/model_executor/layers/
-# quantization/__init__.py, QuantizationMethods, in the 0.8.5, 0.19.1 and 0.20.0 sources).
-KNOWN_VLLM_METHODS = frozenset((
-    "aqlm", "awq", "awq_marlin", "bitblas", "bitsandbytes", "compressed-tensors", "cpu_awq",
-    "deepseek_v4_fp8", "deepspeedfp", "experts_int8", "fbgemm_fp8", "fp8", "fp8_per_block",
-    "fp8_per_tensor", "fp_quant", "gguf", "gpt_oss_mxfp4", "gptq", "gptq_bitblas", "gptq_marlin",
-    "gptq_marlin_24", "hqq", "humming", "inc", "int8_per_channel_weight_only", "ipex", "marlin",
-    "modelopt", "modelopt_fp4", "modelopt_mixed", "modelopt_mxfp8", "moe_wna16", "mxfp4", "mxfp8",
-    "neuron_quant", "nvfp4", "online", "petit_nvfp4", "ptpc_fp8", "qqq", "quark", "torchao",
-    "tpu_int8",
-))
-
-# Names one vLLM loader had in different releases: the ModelOpt NVFP4 config is "nvfp4" in 0.8.5
-# and "modelopt_fp4" from about 0.9 on (both read the same checkpoint layout).
-METHOD_ALIASES = {
-    "modelopt_fp4": ["modelopt_fp4", "nvfp4"],
-}
+# Every name that some vLLM release accepts for --quantization, and the names one vLLM loader had
+# in different releases (the ModelOpt NVFP4 config is "nvfp4" in 0.8.5 and "modelopt_fp4" from
+# about 0.9 on): both derived from the policy (VLLM_RELEASES' quantization_methods, QUANTIZATION's
+# aliases), where they are written down once.
+KNOWN_VLLM_METHODS = KNOWN_VLLM_QUANT_METHODS
+METHOD_ALIASES = dict((key, [key] + list(entry["aliases"])) for key, entry in QUANTIZATION.items()
+                      if entry.get("aliases"))
 
 # ModelOpt quant_algo -> (vLLM method, weight format, bits).
 _MODELOPT_ALGOS = {
@@ -235,24 +232,14 @@ def parse_config(cfg, path="config.json"):
 # ---------------------------------------------------------------------------------------------
 
 
-def _norm(name):
-    return name.strip().lower().replace("-", "_")
-
-
 def normalise_method(raw):
     """(vLLM --quantization name, known) for a method name as a checkpoint spells it.
 
     ``known`` is False for names no vLLM release accepts; the name is then returned lowercased so
     the gate reports it as unknown to the image instead of taking the model for unquantized.
+    The normalisation is the policy's (vllm_quant_name), shared with the deployment gate.
     """
-    key = _norm(raw)
-    if key in ("compressed_tensors",):
-        return "compressed-tensors", True
-    if key in ("nvfp4", "modelopt_fp4", "fp4", "modelopt_nvfp4") or key.startswith("nvfp4"):
-        return "modelopt_fp4", True
-    if key in KNOWN_VLLM_METHODS:
-        return key, True
-    return key, False
+    return vllm_quant_name(raw)
 
 
 def _empty_quant():
@@ -342,7 +329,7 @@ def _modelopt(algo, source, path, group=None):
         raise ModelFileError(path, "quant_algo must be a non-empty string like \"NVFP4\" or \"FP8\", found %r" % (algo,))
     entry = _MODELOPT_ALGOS.get(algo.upper())
     if entry is None:
-        return _quant(algo, source, _norm(algo), False)
+        return _quant(algo, source, quant_text(algo), False)
     method, fmt, bits = entry
     scale_bits = 8 if method == "modelopt_fp4" else None
     return _quant(algo, source, method, True, fmt, bits, group, scale_bits)
@@ -358,7 +345,7 @@ def quant_from_config_json(qc, path, key="quantization_config"):
     if not isinstance(raw, str) or not raw.strip():
         raise ModelFileError(path, "%s has no quant_method string" % key)
     source = "%s:%s" % (os.path.basename(path), key)
-    key = _norm(raw)
+    key = quant_text(raw)
     if key == "compressed_tensors":
         return _compressed_tensors(qc, source, path)
     if key == "modelopt":

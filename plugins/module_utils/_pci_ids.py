@@ -12,11 +12,12 @@ https://pci-ids.ucw.cz/), GitHub copy pciutils/pciids at commit
 c1c12547d626ebf05fd0223144ad87fab5e95d06 ("Version: 2026.08.22"), vendor block ``10de``.
 Model strings below are the bracketed names from that file.
 
-Compute capabilities follow NVIDIA's CUDA GPU list (chip family -> CC: GP100 6.0, GP10x 6.1,
-GV100 7.0, TU10x 7.5, GA100 8.0, GA10x 8.6, AD10x 8.9, GH100 9.0, GB100/GB102 10.0,
-GB20x 12.0). ``memory_mib`` is the *nominal* board memory (marketing GiB x 1024); the driver
-reports slightly less for some boards (e.g. a T4 shows 15360 MiB, an H100 PCIe 81559 MiB), so
-treat it as a size class, not as the usable amount. ``None`` means not recorded here.
+Architecture names come from _policy.ARCHITECTURES. Compute capabilities follow NVIDIA's CUDA
+GPU list (chip family -> CC: GP100 6.0, GP10x 6.1, GV100 7.0, TU10x 7.5, GA100 8.0, GA10x 8.6,
+AD10x 8.9, GH100 9.0, GB100/GB102 10.0, GB20x 12.0). ``memory_mib`` is the *nominal* board
+memory (marketing GiB x 1024); the driver reports slightly less for some boards (e.g. a T4 shows
+15360 MiB, an H100 PCIe 81559 MiB), so treat it as a size class, not as the usable amount.
+``None`` means not recorded here.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -25,32 +26,14 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.labfleet.vllm.plugins.module_utils._policy import ARCHITECTURES, architecture_label
+
 NVIDIA_VENDOR_ID = "10de"
 
-# Compute capability -> architecture name (facts.md section 2.1; Jetson parts 6.2/7.2/8.7 keep
-# their generation name).
-CC_ARCHITECTURE = {
-    "3.5": "Kepler",
-    "3.7": "Kepler",
-    "5.0": "Maxwell",
-    "5.2": "Maxwell",
-    "5.3": "Maxwell",
-    "6.0": "Pascal",
-    "6.1": "Pascal",
-    "6.2": "Pascal",
-    "7.0": "Volta",
-    "7.2": "Volta",
-    "7.5": "Turing",
-    "8.0": "Ampere",
-    "8.6": "Ampere",
-    "8.7": "Ampere",
-    "8.9": "Ada",
-    "9.0": "Hopper",
-    "10.0": "Blackwell",
-    "10.3": "Blackwell",
-    "12.0": "Blackwell",
-    "12.1": "Blackwell",
-}
+# Compute capability -> architecture name, derived from the policy's ARCHITECTURES (the one table
+# of architectures and their compute capabilities; Jetson parts 6.2/7.2/8.7 keep their generation
+# name there). Kept as a dict for callers that index it.
+CC_ARCHITECTURE = dict((cc, entry["label"]) for entry in ARCHITECTURES.values() for cc in entry["cc"])
 
 _GIB = 1024
 
@@ -58,7 +41,7 @@ _GIB = 1024
 def _entry(model, cc, mem_gib):
     return {
         "model": model,
-        "architecture": CC_ARCHITECTURE[cc],
+        "architecture": architecture_label(cc),
         "compute_capability": cc,
         "memory_mib": None if mem_gib is None else int(mem_gib * _GIB),
     }
@@ -193,4 +176,4 @@ def architecture_for(compute_capability):
     """Architecture name for a compute capability string such as "7.0"; None when unknown."""
     if compute_capability is None:
         return None
-    return CC_ARCHITECTURE.get(str(compute_capability).strip())
+    return architecture_label(str(compute_capability).strip())

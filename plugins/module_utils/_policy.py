@@ -56,7 +56,37 @@ SOURCES = {
     "S-NIXOS-1880": "NixOS/nixos-hardware#1880 (595.71.05 refusing a Pascal GPU, '580.xx Legacy drivers')",
     "S-FACTS-8": "facts.md section 8 (memory planning), vllm v1/worker/gpu_worker.py "
                  "determine_available_memory, v1/kv_cache_interface.py",
+    "S-SDIST-0.8.5": "vllm 0.8.5 release source (PyPI sdist): docker/Dockerfile, "
+                     ".buildkite/release-pipeline.yaml (release build passes --build-arg CUDA_VERSION=12.4.0), "
+                     "requirements/cuda.txt, vllm/model_executor/layers/quantization/__init__.py",
+    "S-SDIST-0.19.1": "vllm 0.19.1 release source (PyPI sdist): docker/Dockerfile (x86_64 release build uses "
+                      "the default torch_cuda_arch_list), .buildkite/release-pipeline.yaml, requirements/cuda.txt, "
+                      "vllm/model_executor/layers/quantization/__init__.py",
+    "S-SDIST-0.20.0": "vllm 0.20.0 release source (PyPI sdist): docker/Dockerfile, .buildkite/release-pipeline.yaml "
+                      "(CUDA_ARCH_X86 / CUDA_ARCH_X86_CU129), .buildkite/scripts/annotate-release.sh, "
+                      "requirements/cuda.txt, vllm/model_executor/layers/quantization/__init__.py",
+    "S-INSPECT-0.8.5": "third-party copy of `docker inspect vllm/vllm-openai:v0.8.5` Config.Env (an experiment "
+                       "write-up on NVIDIA_VISIBLE_DEVICES): CUDA_VERSION=12.4.0, the full NVIDIA_REQUIRE_CUDA",
+    "S-CUDA-12.4": "third-party copies of nvidia/cuda 12.4.x image environments (same NVIDIA_REQUIRE_CUDA)",
+    "S-ENV-0.16.0": "third-party `vllm collect-env` of a vllm/vllm-openai 0.16.0 container (CUDA_VERSION=12.9.1, "
+                    "NVIDIA_REQUIRE_CUDA, TORCH_CUDA_ARCH_LIST)",
+    "S-ENV-0.23.0": "third-party copy of the vllm/vllm-openai:v0.23.0 image environment (CUDA_VERSION=13.0.2, "
+                    "NVIDIA_REQUIRE_CUDA, TORCH_CUDA_ARCH_LIST)",
+    "S-FACTS-2.3": "facts.md 2.3 (PyTorch wheel arch lists, .ci/manywheel/build_cuda.sh and issues)",
+    "S-DOCS": "vLLM installation docs in each release ('compute capability 7.0 or higher' through 0.19.x, "
+              "'7.5 or higher' from 0.20.0)",
     "user": "a user override (policy option / preflight role variable)",
+}
+
+# ---------------------------------------------------------------------------------------------
+# Minor version compatibility (MVC): an app built with any toolkit of a major family runs, with a
+# limited feature set (no JIT of PTX newer than the driver), on a driver >= driver_min.
+# ---------------------------------------------------------------------------------------------
+MINOR_VERSION_COMPATIBILITY = {
+    "11": {"driver_min": "450", "note": "11.0 needs 450.80.02+ for MVC", "source": "S-MVC",
+           "confidence": "verified"},
+    "12": {"driver_min": "525", "source": "S-MVC", "confidence": "verified"},
+    "13": {"driver_min": "580", "source": "S-MVC", "confidence": "verified"},
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -65,61 +95,87 @@ SOURCES = {
 # ---------------------------------------------------------------------------------------------
 
 
-def _tk(label, min_driver, mvc_floor, source="S-RN-TABLE3", confidence="verified"):
-    return {"label": label, "min_linux_driver": min_driver, "mvc_floor": mvc_floor,
+def _tk(label, min_driver, source="S-RN-TABLE3", confidence="verified"):
+    """A toolkit row; its ``mvc_floor`` is the MINOR_VERSION_COMPATIBILITY floor of its major."""
+    major = label.split(".", 1)[0]
+    return {"label": label, "min_linux_driver": min_driver,
+            "mvc_floor": MINOR_VERSION_COMPATIBILITY[major]["driver_min"],
             "source": source, "confidence": confidence}
 
 
 CUDA_TOOLKITS = {
-    "12.0.0": _tk("12.0 GA", "525.60.13", "525"),
-    "12.0.1": _tk("12.0 U1", "525.85.12", "525"),
-    "12.1.0": _tk("12.1 GA", "530.30.02", "525"),
-    "12.1.1": _tk("12.1 U1", "530.30.02", "525"),
-    "12.2.0": _tk("12.2 GA", "535.54.03", "525"),
-    "12.2.1": _tk("12.2 U1", "535.86.09", "525"),
-    "12.2.2": _tk("12.2 U2", "535.104.05", "525"),
-    "12.3.0": _tk("12.3 GA", "545.23.06", "525"),
-    "12.3.1": _tk("12.3 U1", "545.23.08", "525"),
-    "12.4.0": _tk("12.4 GA", "550.54.14", "525"),
-    "12.4.1": _tk("12.4 U1", "550.54.15", "525"),
-    "12.5.0": _tk("12.5 GA", "555.42.02", "525"),
-    "12.5.1": _tk("12.5 U1", "555.42.06", "525"),
-    "12.6.0": _tk("12.6 GA", "560.28.03", "525"),
-    "12.6.1": _tk("12.6 U1", "560.35.03", "525"),
-    "12.6.2": _tk("12.6 U2", "560.35.03", "525"),
-    "12.6.3": _tk("12.6 U3", "560.35.05", "525"),
+    "12.0.0": _tk("12.0 GA", "525.60.13"),
+    "12.0.1": _tk("12.0 U1", "525.85.12"),
+    "12.1.0": _tk("12.1 GA", "530.30.02"),
+    "12.1.1": _tk("12.1 U1", "530.30.02"),
+    "12.2.0": _tk("12.2 GA", "535.54.03"),
+    "12.2.1": _tk("12.2 U1", "535.86.09"),
+    "12.2.2": _tk("12.2 U2", "535.104.05"),
+    "12.3.0": _tk("12.3 GA", "545.23.06"),
+    "12.3.1": _tk("12.3 U1", "545.23.08"),
+    "12.4.0": _tk("12.4 GA", "550.54.14"),
+    "12.4.1": _tk("12.4 U1", "550.54.15"),
+    "12.5.0": _tk("12.5 GA", "555.42.02"),
+    "12.5.1": _tk("12.5 U1", "555.42.06"),
+    "12.6.0": _tk("12.6 GA", "560.28.03"),
+    "12.6.1": _tk("12.6 U1", "560.35.03"),
+    "12.6.2": _tk("12.6 U2", "560.35.03"),
+    "12.6.3": _tk("12.6 U3", "560.35.05"),
     # There is no CUDA 12.7 release (12.6 U3 is followed by 12.8 GA).
-    "12.8.0": _tk("12.8 GA", "570.26", "525"),
-    "12.8.1": _tk("12.8 U1", "570.124.06", "525"),
-    "12.9.0": _tk("12.9 GA", "575.51.03", "525"),
-    "12.9.1": _tk("12.9 U1", "575.57.08", "525"),
-    "13.0.0": _tk("13.0 GA", "580.65.06", "580"),
-    "13.0.1": _tk("13.0 U1", "580.82.07", "580", confidence="third_party"),
-    "13.0.2": _tk("13.0 U2", "580.95.05", "580", source="S-RN-TABLE3; S-RUNFILE"),
-    "13.1.0": _tk("13.1 GA", "590.44.01", "580", confidence="third_party"),
-    "13.1.1": _tk("13.1 U1", "590.48.01", "580", confidence="third_party"),
-    "13.2.0": _tk("13.2 GA", "595.45.04", "580", confidence="third_party"),
-    "13.2.1": _tk("13.2 U1", "595.58.03", "580", confidence="third_party"),
-    "13.2.2": _tk("13.2 U2", "595.71.05", "580", confidence="third_party"),
+    "12.8.0": _tk("12.8 GA", "570.26"),
+    "12.8.1": _tk("12.8 U1", "570.124.06"),
+    "12.9.0": _tk("12.9 GA", "575.51.03"),
+    "12.9.1": _tk("12.9 U1", "575.57.08"),
+    "13.0.0": _tk("13.0 GA", "580.65.06"),
+    "13.0.1": _tk("13.0 U1", "580.82.07", confidence="third_party"),
+    "13.0.2": _tk("13.0 U2", "580.95.05", source="S-RN-TABLE3; S-RUNFILE"),
+    "13.1.0": _tk("13.1 GA", "590.44.01", confidence="third_party"),
+    "13.1.1": _tk("13.1 U1", "590.48.01", confidence="third_party"),
+    "13.2.0": _tk("13.2 GA", "595.45.04", confidence="third_party"),
+    "13.2.1": _tk("13.2 U1", "595.58.03", confidence="third_party"),
+    "13.2.2": _tk("13.2 U2", "595.71.05", confidence="third_party"),
 }
 
-# Minor version compatibility (MVC): an app built with any toolkit of a major family runs, with a
-# limited feature set (no JIT of PTX newer than the driver), on a driver >= driver_min.
-MINOR_VERSION_COMPATIBILITY = {
-    "11": {"driver_min": "450", "note": "11.0 needs 450.80.02+ for MVC", "source": "S-MVC",
-           "confidence": "verified"},
-    "12": {"driver_min": "525", "source": "S-MVC", "confidence": "verified"},
-    "13": {"driver_min": "580", "source": "S-MVC", "confidence": "verified"},
-}
+# NVIDIA_REQUIRE_CUDA of the nvidia/cuda base images, per image CUDA major.minor: the
+# ``cuda>=X.Y`` clause, then one ``brand=<b>,driver>=<n>,driver<<n+1>`` alternative per branch and
+# brand, branches outer, brands inner (space = OR, comma = AND; S-CTK-DOCS). The branches are those
+# the string admits besides the ``cuda>=`` clause (forward compatibility through the cuda-compat
+# libraries in the image; data-center GPUs). This is the one table the strings are built from
+# (require_cuda_string); _image.py's REQUIRE_CUDA_* constants are built with it.
+_BRANDS_CUDA_12_4 = ("tesla", "unknown", "nvidia", "nvidiartx", "geforce", "geforcertx", "quadro", "quadrortx",
+                     "titan", "titanrtx")
+_BRANDS_CUDA_12_8 = ("unknown", "grid", "tesla", "nvidia", "quadro", "quadrortx", "nvidiartx", "vapps", "vpc",
+                     "vcs", "vws", "cloudgaming")
 
-# Branches that the NVIDIA_REQUIRE_CUDA string of nvidia/cuda images admits besides the ``cuda>=``
-# clause (forward compatibility through the cuda-compat libraries in the image; data-center GPUs).
 FORWARD_COMPAT_IMAGE_BRANCHES = {
-    "12.4": {"branches": [470, 525], "note": "string truncated in the copy read; may list more",
-             "source": "S-CUDAIMG", "confidence": "verified"},
-    "12.8": {"branches": [470, 535, 550, 560, 565], "source": "S-CUDAIMG", "confidence": "verified"},
-    "12.9": {"branches": [535, 550, 560, 565, 570], "source": "S-CUDAIMG", "confidence": "verified"},
+    "12.4": {"branches": [470, 525, 535], "brands": list(_BRANDS_CUDA_12_4),
+             "note": "an earlier copy was truncated after 525; the full string from the docker inspect of "
+                     "vllm/vllm-openai:v0.8.5 (CUDA_VERSION=12.4.0) also lists 535",
+             "source": "S-CUDAIMG; S-INSPECT-0.8.5; S-CUDA-12.4", "confidence": "verified"},
+    "12.8": {"branches": [470, 535, 550, 560, 565], "brands": list(_BRANDS_CUDA_12_8), "source": "S-CUDAIMG",
+             "confidence": "verified"},
+    "12.9": {"branches": [535, 550, 560, 565, 570], "brands": list(_BRANDS_CUDA_12_8),
+             "source": "S-CUDAIMG; S-ENV-0.16.0", "confidence": "verified"},
+    "13.0": {"branches": [535, 550, 565, 570, 575], "brands": list(_BRANDS_CUDA_12_8),
+             "note": "read in one third-party copy of the vllm/vllm-openai:v0.23.0 environment (nvidia/cuda 13.0.2)",
+             "source": "S-ENV-0.23.0", "confidence": "third_party"},
 }
+
+
+def require_cuda_string(cuda, table=None):
+    """The NVIDIA_REQUIRE_CUDA string of an nvidia/cuda image of CUDA ``cuda`` ("12.4" or "12.4.0"),
+    built from FORWARD_COMPAT_IMAGE_BRANCHES; None when the table has no row for that CUDA."""
+    table = FORWARD_COMPAT_IMAGE_BRANCHES if table is None else table
+    key = ".".join(str(cuda).split(".")[:2])
+    entry = table.get(key)
+    if entry is None:
+        return None
+    words = ["cuda>=%s" % key]
+    for branch in entry["branches"]:
+        for brand in entry["brands"]:
+            words.append("brand=%s,driver>=%d,driver<%d" % (brand, branch, branch + 1))
+    return " ".join(words)
+
 
 # The lowest compute capability each CUDA major can build code for (nvcc offline targets): an
 # image built with CUDA 13 carries no code for Volta (7.0) or older.
@@ -130,9 +186,18 @@ CUDA_MIN_TARGET_CC = {
            "note": "CUDA 13.0 removed offline compilation for 5.x, 6.x, 7.0 and 7.2"},
 }
 
-# Brands named in those strings (nvidia/cuda 12.8 image ENV) plus the consumer brands.
-REQUIRE_CUDA_BRANDS = ["unknown", "grid", "tesla", "nvidia", "quadro", "quadrortx", "nvidiartx",
-                       "vapps", "vpc", "vcs", "vws", "cloudgaming", "geforce", "titan"]
+
+def _require_cuda_brands():
+    """Brands named in those strings plus the consumer brands (derived from the table above)."""
+    brands = []
+    for key in sorted(FORWARD_COMPAT_IMAGE_BRANCHES):
+        for brand in list(FORWARD_COMPAT_IMAGE_BRANCHES[key]["brands"]) + ["geforce", "titan"]:
+            if brand not in brands:
+                brands.append(brand)
+    return brands
+
+
+REQUIRE_CUDA_BRANDS = _require_cuda_brands()
 
 # ---------------------------------------------------------------------------------------------
 # Driver branches. ``max_cuda_native``: the CUDA version the driver reports (what ``cuda>=`` in
@@ -252,7 +317,10 @@ FP8_KV_CACHE_VERIFIED_MIN_CC = "8.0"
 # ---------------------------------------------------------------------------------------------
 # vLLM
 # ---------------------------------------------------------------------------------------------
-# Minimum compute capability per vLLM version ("since" version -> min CC).
+# Minimum compute capability per vLLM version ("since" version -> min CC). This is the one place
+# the per-release minimum lives: VLLM_RELEASES[...]["min_cc"] (and so the image profiles'
+# min_compute_capability) is derived from it by vllm_min_cc(); this "since" form also answers for
+# versions the release table does not list, and a user may override it (policy option).
 VLLM_MIN_COMPUTE_CAPABILITY = {
     "0.0.0": {"min_cc": "7.0", "source": "S-VLLM-SDIST (docs: 'compute capability 7.0 or higher', "
                                          "0.8.5 through 0.19.1)", "confidence": "verified"},
@@ -260,44 +328,165 @@ VLLM_MIN_COMPUTE_CAPABILITY = {
                "confidence": "verified"},
 }
 
-# Known vllm/vllm-openai releases (docker/Dockerfile in each release's source). ``torch_arch``:
-# the arch list of the torch wheel in the image where it differs from vLLM's own list.
+# Arch lists of the PyTorch CUDA wheels that vLLM images ship (TORCH_CUDA_ARCH_LIST of the wheel
+# build); keys follow compat_matrix.yaml's pytorch_wheels_arch rows. A release names its wheel in
+# ``torch_wheel``.
+TORCH_WHEELS = {
+    "2.6 cu124": {"arch": "5.0 6.0 7.0 7.5 8.0 8.6 9.0",
+                  "note": "from the 2.7 cu126 build entry and 'the cu124 line ends at 2.6.0'",
+                  "source": "S-PT-BUILD; S-FACTS-2.3", "confidence": "inferred"},
+    "2.7 cu128": {"arch": "7.5 8.0 8.6 9.0 10.0 12.0", "note": "no sm_70 (vllm#19185: V100 'no kernel image')",
+                  "source": "S-PT-ISSUES", "confidence": "verified"},
+    "2.8 cu128": {"arch": "7.0 7.5 8.0 8.6 9.0 10.0 12.0", "source": "S-PT-BUILD; S-PT-ISSUES",
+                  "confidence": "verified"},
+    "2.8-2.10 cu129": {"arch": "7.0 7.5 8.0 8.6 9.0 10.0 12.0+PTX", "note": "libtorch drops 7.0",
+                       "source": "S-PT-BUILD", "confidence": "verified"},
+    "2.9+ cu130": {"arch": "7.5 8.0 8.6 9.0 10.0 12.0+PTX", "source": "S-PT-BUILD", "confidence": "verified"},
+}
+
+# Every name each release accepts for --quantization (QUANTIZATION_METHODS in
+# vllm/model_executor/layers/quantization/__init__.py of the release source), in vLLM's spelling.
+_QUANT_0_8_5 = [
+    "aqlm", "awq", "deepspeedfp", "tpu_int8", "fp8", "ptpc_fp8", "fbgemm_fp8", "modelopt", "nvfp4", "marlin",
+    "bitblas", "gguf", "gptq_marlin_24", "gptq_marlin", "gptq_bitblas", "awq_marlin", "gptq",
+    "compressed-tensors", "bitsandbytes", "qqq", "hqq", "experts_int8", "neuron_quant", "ipex", "quark",
+    "moe_wna16", "torchao",
+]
+_QUANT_0_19_1 = [
+    "awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed",
+    "gguf", "gptq_marlin", "awq_marlin", "gptq", "compressed-tensors", "bitsandbytes", "experts_int8", "quark",
+    "moe_wna16", "torchao", "inc", "mxfp4", "mxfp8", "petit_nvfp4", "cpu_awq",
+]
+_QUANT_0_20_0 = [
+    "awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8", "modelopt_mixed",
+    "gguf", "gptq_marlin", "awq_marlin", "gptq", "humming", "compressed-tensors", "bitsandbytes",
+    "experts_int8", "quark", "moe_wna16", "torchao", "inc", "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8",
+    "cpu_awq", "online", "fp8_per_tensor", "fp8_per_block", "int8_per_channel_weight_only", "mxfp8",
+]
+
+# Known vllm/vllm-openai releases: the one table of per-release facts (_image.PROFILES is derived
+# from it). Fields (absent = not recorded):
+#   cuda_base      CUDA_VERSION of the release image (the nvidia/cuda base it is built on)
+#   vllm_arch      vLLM's kernel arch list of the x86_64 release build (torch notation)
+#   torch          torch version in the image; torch_cuda: its CUDA; torch_wheel: key of TORCH_WHEELS
+#   python         Python of the image; entrypoint: the image's ENTRYPOINT
+#   quantization_methods  the names the release accepts for --quantization
+#   notes          what a user of the image should know
+#   images         published tags: {"repo:tag": {tags, env_has_arch_list, digests, variant, ...}};
+#                  ``variant`` overrides release fields for a variant image (e.g. a -cu129 build)
+#   field_source / field_confidence  provenance per field where it differs from source/confidence
+# Derived when this module loads (see _complete_releases): require_cuda (require_cuda_string of
+# cuda_base), min_cc (vllm_min_cc of the version), torch_arch (TORCH_WHEELS[torch_wheel]).
 VLLM_RELEASES = {
     "0.6.3": {"cuda_base": "12.4.1", "torch": "2.4.0", "vllm_arch": "7.0 7.5 8.0 8.6 8.9 9.0+PTX",
+              "entrypoint": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
               "source": "S-VLLM-SDIST", "confidence": "verified"},
     "0.7.3": {"cuda_base": "12.4.1", "torch": "2.5.1", "vllm_arch": "7.0 7.5 8.0 8.6 8.9 9.0+PTX",
               "source": "S-VLLM-SDIST", "confidence": "verified"},
-    "0.8.5": {"cuda_base": "12.4.1", "torch": "2.6.0", "vllm_arch": "7.0 7.5 8.0 8.6 8.9 9.0+PTX",
-              "note": "last release whose image is CUDA 12.4; V0 engine on CC < 8.0",
-              "source": "S-VLLM-SDIST", "confidence": "verified"},
-    "0.9.0": {"cuda_base": "12.8.1", "torch": "2.7.0", "vllm_arch": "7.0 7.5 8.0 8.9 9.0 10.0+PTX",
-              "torch_arch": "7.5 8.0 8.6 9.0 10.0 12.0",
-              "note": "torch 2.7 cu128 has no sm_70 (vllm#19185)",
+    "0.8.5": {
+        "cuda_base": "12.4.0", "torch": "2.6.0", "torch_cuda": "12.4", "torch_wheel": "2.6 cu124",
+        "vllm_arch": "7.0 7.5 8.0 8.6 8.9 9.0+PTX", "python": "3.12",
+        "entrypoint": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+        "quantization_methods": _QUANT_0_8_5,
+        "notes": [
+            "The Dockerfile's ARG CUDA_VERSION default is 12.4.1, but the release build passes "
+            "--build-arg CUDA_VERSION=12.4.0, and an inspect of the published tag shows CUDA_VERSION=12.4.0.",
+            "The final image sets no TORCH_CUDA_ARCH_LIST; vLLM's kernel arch list comes from the Dockerfile.",
+            "On compute capability < 8.0 vLLM 0.8.5 runs the V0 engine with XFormers attention; do not set "
+            "VLLM_USE_V1=1.",
+            "The last release whose image is CUDA 12.4.",
+        ],
+        "images": {"vllm/vllm-openai:v0.8.5": {"tags": ["v0.8.5"], "env_has_arch_list": False}},
+        "field_source": {
+            "version": "S-SDIST-0.8.5", "cuda_base": "S-SDIST-0.8.5; S-INSPECT-0.8.5",
+            "require_cuda": "S-INSPECT-0.8.5; S-CUDA-12.4", "vllm_arch": "S-SDIST-0.8.5",
+            "torch": "S-SDIST-0.8.5", "torch_cuda": "S-SDIST-0.8.5 (torch==2.6.0 from PyPI)",
+            "torch_arch": "S-FACTS-2.3", "python": "S-SDIST-0.8.5", "entrypoint": "S-SDIST-0.8.5",
+            "quantization_methods": "S-SDIST-0.8.5", "min_cc": "S-DOCS",
+        },
+        "field_confidence": {"torch_cuda": "inferred", "torch_arch": "inferred"},
+        "source": "S-VLLM-SDIST; S-SDIST-0.8.5; S-INSPECT-0.8.5", "confidence": "verified",
+    },
+    "0.9.0": {"cuda_base": "12.8.1", "torch": "2.7.0", "torch_wheel": "2.7 cu128",
+              "vllm_arch": "7.0 7.5 8.0 8.9 9.0 10.0+PTX",
+              "notes": ["torch 2.7 cu128 has no sm_70 (vllm#19185)"],
               "source": "S-VLLM-SDIST; S-PT-ISSUES", "confidence": "inferred"},
-    "0.9.2": {"cuda_base": "12.8.1", "torch": "2.7.0", "vllm_arch": "7.0 7.5 8.0 8.9 9.0 10.0 12.0",
-              "torch_arch": "7.5 8.0 8.6 9.0 10.0 12.0", "note": "torch 2.7 cu128 has no sm_70",
+    "0.9.2": {"cuda_base": "12.8.1", "torch": "2.7.0", "torch_wheel": "2.7 cu128",
+              "vllm_arch": "7.0 7.5 8.0 8.9 9.0 10.0 12.0", "notes": ["torch 2.7 cu128 has no sm_70"],
               "source": "S-VLLM-SDIST; S-PT-ISSUES", "confidence": "inferred"},
-    "0.10.1.1": {"cuda_base": "12.8.1", "torch": "2.7.1", "vllm_arch": "7.0 7.5 8.0 8.9 9.0 10.0 12.0",
-                 "torch_arch": "7.5 8.0 8.6 9.0 10.0 12.0", "note": "torch 2.7 cu128 has no sm_70",
+    "0.10.1.1": {"cuda_base": "12.8.1", "torch": "2.7.1", "torch_wheel": "2.7 cu128",
+                 "vllm_arch": "7.0 7.5 8.0 8.9 9.0 10.0 12.0", "notes": ["torch 2.7 cu128 has no sm_70"],
                  "source": "S-VLLM-SDIST; S-PT-ISSUES", "confidence": "inferred"},
     "0.10.2": {"cuda_base": "12.8.1", "torch": "2.8.0", "vllm_arch": "7.0 7.5 8.0 8.9 9.0 10.0 12.0",
                "source": "S-VLLM-SDIST", "confidence": "verified"},
-    "0.11.0": {"cuda_base": "12.8.1", "torch": "2.8.0", "source": "S-VLLM-SDIST", "confidence": "verified"},
-    "0.11.1": {"cuda_base": "12.9.1", "torch": "2.9.0", "source": "S-VLLM-SDIST", "confidence": "verified"},
+    "0.11.0": {"cuda_base": "12.8.1", "torch": "2.8.0",
+               "entrypoint": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+               "source": "S-VLLM-SDIST", "confidence": "verified"},
+    "0.11.1": {"cuda_base": "12.9.1", "torch": "2.9.0", "entrypoint": ["vllm", "serve"],
+               "source": "S-VLLM-SDIST", "confidence": "verified"},
     "0.16.0": {"cuda_base": "12.9.1", "torch": "2.9.1", "source": "collect_env (third-party copies)",
                "confidence": "third_party"},
-    "0.19.1": {"cuda_base": "12.9.1", "torch": "2.10.0", "vllm_arch": "7.0 7.5 8.0 8.9 9.0 10.0 12.0",
-               "note": "last release documenting compute capability 7.0",
-               "source": "S-VLLM-SDIST", "confidence": "verified"},
-    "0.20.0": {"cuda_base": "13.0.2", "torch": "2.11.0",
-               "vllm_arch": "7.5 8.0 8.6 8.9 9.0 10.0 11.0 12.0+PTX",
-               "source": "S-VLLM-SDIST", "confidence": "verified"},
+    "0.19.1": {
+        "cuda_base": "12.9.1", "torch": "2.10.0", "torch_cuda": "12.9", "torch_wheel": "2.8-2.10 cu129",
+        "vllm_arch": "7.0 7.5 8.0 8.9 9.0 10.0 12.0", "python": "3.12", "entrypoint": ["vllm", "serve"],
+        "quantization_methods": _QUANT_0_19_1,
+        "notes": [
+            "The last vLLM release line whose docs name compute capability 7.0 (V100).",
+            "The image sets VLLM_ENABLE_CUDA_COMPATIBILITY=0: the bundled cuda-compat libraries are opt-in.",
+            "--swap-space was removed in 0.18.0.",
+            "The aarch64 half of the tag is built for 8.7 8.9 9.0 10.0+PTX 12.0; this profile is the x86_64 one.",
+        ],
+        "images": {"vllm/vllm-openai:v0.19.1": {"tags": ["v0.19.1", "v0.19.1-x86_64"], "env_has_arch_list": True}},
+        "field_source": {
+            "version": "S-SDIST-0.19.1", "cuda_base": "S-SDIST-0.19.1",
+            "require_cuda": "S-ENV-0.16.0 (same nvidia/cuda 12.9.1 base)", "vllm_arch": "S-SDIST-0.19.1",
+            "torch": "S-SDIST-0.19.1", "torch_cuda": "S-SDIST-0.19.1 (cu129 index)",
+            "torch_arch": "S-FACTS-2.3", "python": "S-SDIST-0.19.1", "entrypoint": "S-SDIST-0.19.1",
+            "quantization_methods": "S-SDIST-0.19.1", "min_cc": "S-DOCS",
+        },
+        "field_confidence": {"require_cuda": "inferred", "torch_arch": "inferred", "python": "inferred"},
+        "source": "S-VLLM-SDIST; S-SDIST-0.19.1", "confidence": "verified",
+    },
+    "0.20.0": {
+        "cuda_base": "13.0.2", "torch": "2.11.0", "torch_cuda": "13.0", "torch_wheel": "2.9+ cu130",
+        "vllm_arch": "7.5 8.0 8.6 8.9 9.0 10.0 12.0+PTX",
+        "vllm_arch_dockerfile": "7.5 8.0 8.6 8.9 9.0 10.0 11.0 12.0+PTX",
+        "python": "3.12", "entrypoint": ["vllm", "serve"], "quantization_methods": _QUANT_0_20_0,
+        "notes": [
+            "The first release without Volta: CUDA 13 cannot build sm_70 and the docs say compute capability 7.5.",
+            "The release build passes CUDA_ARCH_X86='7.5 8.0 8.6 8.9 9.0 10.0 12.0+PTX'; the Dockerfile default "
+            "(with 11.0) applies to other builds.",  # see vllm_arch_dockerfile
+        ],
+        "images": {
+            "vllm/vllm-openai:v0.20.0": {"tags": ["v0.20.0", "v0.20.0-x86_64"], "env_has_arch_list": True},
+            "vllm/vllm-openai:v0.20.0-cu129": {
+                "tags": ["v0.20.0-cu129", "v0.20.0-x86_64-cu129"], "env_has_arch_list": True,
+                "variant": {"cuda_base": "12.9.1", "vllm_arch": "7.5 8.0 8.6 8.9 9.0 10.0 12.0", "torch_cuda": "12.9",
+                            "torch_wheel": None, "notes": [
+                                "The CUDA 12.9 variant of 0.20.0 still has no sm_70 kernels (CUDA_ARCH_X86_CU129 "
+                                "starts at 7.5)."]},
+                "field_source": {"require_cuda": "S-ENV-0.16.0 (same nvidia/cuda 12.9.1 base)",
+                                 "torch_cuda": "S-SDIST-0.20.0", "torch_arch": "unknown"},
+                "field_confidence": {"torch_arch": "unknown"},
+            },
+        },
+        "field_source": {
+            "version": "S-SDIST-0.20.0", "cuda_base": "S-SDIST-0.20.0",
+            "require_cuda": "S-ENV-0.23.0 (same nvidia/cuda 13.0.2 base)", "vllm_arch": "S-SDIST-0.20.0",
+            "torch": "S-SDIST-0.20.0", "torch_cuda": "S-SDIST-0.20.0 (cu130 index)",
+            "torch_arch": "S-FACTS-2.3", "python": "S-SDIST-0.20.0", "entrypoint": "S-SDIST-0.20.0",
+            "quantization_methods": "S-SDIST-0.20.0", "min_cc": "S-DOCS",
+        },
+        "field_confidence": {"require_cuda": "inferred", "python": "inferred"},
+        "source": "S-VLLM-SDIST; S-SDIST-0.20.0", "confidence": "verified",
+    },
 }
 
 # The releases whose torch wheel lacks sm_70 although vLLM's own list has it: [from, to] inclusive.
+# ``range`` and ``torch_arch`` are derived from VLLM_RELEASES and TORCH_WHEELS (_complete_releases).
 TORCH_WITHOUT_SM70 = {
-    "range": ["0.9.0", "0.10.1.1"],
-    "torch_arch": "7.5 8.0 8.6 9.0 10.0 12.0",
+    "range": None,
+    "torch_arch": None,
     "note": "images ship torch 2.7.x cu128 (TORCH_CUDA_ARCH_LIST 7.5;8.0;8.6;9.0;10.0;12.0); "
             "vllm#19185 reports 'no kernel image' on a V100",
     "source": "S-PT-ISSUES; S-VLLM-SDIST", "confidence": "inferred",
@@ -347,6 +536,14 @@ QUANTIZATION = {
                              note="the config needs 7.0; every scheme needs more (see "
                                   "COMPRESSED_TENSORS_SCHEMES)"),
 }
+
+# Checkpoint spellings of a method name that vLLM registers under another name (canonical form,
+# matched after aliases; an entry ending in "*" is a prefix): (spelling, QUANTIZATION key).
+QUANT_SPELLINGS = (
+    ("fp4", "modelopt_fp4"),
+    ("modelopt_nvfp4", "modelopt_fp4"),
+    ("nvfp4*", "modelopt_fp4"),
+)
 
 COMPRESSED_TENSORS_SCHEMES = {
     "wna16": {"min_cc": {"0.8.5": "8.0", "0.19.1": "7.5"}, "source": "S-VLLM-QUANT", "confidence": "verified"},
@@ -492,6 +689,108 @@ def parse_cc(value):
 
 def format_cc(cc):
     return "%d.%d" % cc
+
+
+def cuda_version_from_nvml(number):
+    """NVML's integer CUDA driver version as (major, minor): 12040 -> (12, 4).
+
+    nvmlSystemGetCudaDriverVersion encodes major * 1000 + minor * 10. The one decoder: gpu_facts
+    (_gpu.cuda_version_from_int) and the gate (cuda_driver_version) both call it.
+    """
+    return (number // 1000, (number % 1000) // 10)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arch lists: which compute capabilities an image's kernels reach
+# ---------------------------------------------------------------------------------------------
+_ARCH_RE = re.compile(r"^(?:(?P<kind>sm|compute)_(?P<cc>\d{2,3})(?P<suffix>[af]?)|"
+                      r"(?P<major>\d{1,2})\.(?P<minor>\d)(?P<suffix2>[af]?))(?P<ptx>\+PTX)?$", re.IGNORECASE)
+
+
+def parse_arch(entry):
+    """One arch entry -> (major, minor, suffix, sass, ptx), or None if unreadable.
+
+    Accepts torch's notation ("7.0", "9.0+PTX", "9.0a") and nvcc's ("sm_70", "compute_90",
+    "sm_90a"). "X.Y+PTX" (or "sm_XY+PTX") means SASS and PTX for X.Y; "compute_XY" PTX only.
+    """
+    if not isinstance(entry, str):
+        return None
+    match = _ARCH_RE.match(entry.strip())
+    if not match:
+        return None
+    plus_ptx = bool(match.group("ptx"))
+    if match.group("kind"):
+        digits = match.group("cc")
+        compute = match.group("kind").lower() == "compute"
+        return (int(digits[:-1]), int(digits[-1]), match.group("suffix").lower(), not compute,
+                compute or plus_ptx)
+    return (int(match.group("major")), int(match.group("minor")), match.group("suffix2").lower(), True,
+            plus_ptx)
+
+
+def arch_reach(entries, cc):
+    """How parsed arch entries (parse_arch tuples) reach compute capability ``cc``: "sass", "ptx" or None.
+
+    SASS for X.Y runs on X.Z with Z >= Y (same major); PTX for X.Y is JIT-compiled for any arch
+    >= X.Y. Arch-specific builds ("9.0a", SASS or PTX) run only on their own arch. The one
+    implementation of the rule: _image.covers and the gate's _arch_support call it.
+    """
+    ptx = False
+    for major, minor, suffix, sass, has_ptx in entries:
+        exact = suffix == "a"
+        if sass and ((exact and (major, minor) == cc) or (not exact and major == cc[0] and minor <= cc[1])):
+            return "sass"
+        if has_ptx and ((exact and (major, minor) == cc) or (not exact and (major, minor) <= cc)):
+            ptx = True
+    return "ptx" if ptx else None
+
+
+def covers(arch_list, cc):
+    """How an arch list (strings; unreadable entries ignored) reaches ``cc``: "sass", "ptx" or None."""
+    return arch_reach([p for p in (parse_arch(e) for e in arch_list or []) if p is not None], cc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Architecture names
+# ---------------------------------------------------------------------------------------------
+
+
+def architecture_label(compute_capability, architectures=None):
+    """The architecture label ("Volta", "Ada Lovelace") of a compute capability listed in
+    ARCHITECTURES (exact match on the ``cc`` lists), or None."""
+    cc = parse_cc(compute_capability)
+    if cc is None:
+        return None
+    for entry in (ARCHITECTURES if architectures is None else architectures).values():
+        if any(parse_cc(text) == cc for text in entry.get("cc", [])):
+            return entry.get("label")
+    return None
+
+
+def kernel_module_labels(architectures=None, oldest_branch=None):
+    """Labels of the architectures a current driver branch drives, by kernel-module need:
+    {"proprietary_only": [...], "proprietary_ok": [...], "open_ok": [...]}, oldest first.
+
+    Architectures whose last driver branch is older than ``oldest_branch`` (default: the oldest
+    branch of DRIVER_BRANCHES that is not end of life) are left out.
+    """
+    architectures = ARCHITECTURES if architectures is None else architectures
+    if oldest_branch is None:
+        alive = [int(k) for k, e in DRIVER_BRANCHES.items() if e.get("eol") is not True]
+        oldest_branch = min(alive) if alive else 0
+    rows = []
+    for entry in architectures.values():
+        top = entry.get("max_driver_branch")
+        ccs = [parse_cc(c) for c in entry.get("cc", []) if parse_cc(c)]
+        if (top is not None and top < oldest_branch) or not ccs:
+            continue
+        rows.append((min(ccs), entry.get("label"), entry.get("kernel_module", "either")))
+    rows.sort()
+    return {
+        "proprietary_only": [label for _, label, module in rows if module == "proprietary"],
+        "proprietary_ok": [label for _, label, module in rows if module in ("proprietary", "either")],
+        "open_ok": [label for _, label, module in rows if module in ("open", "either")],
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -669,28 +968,63 @@ def vllm_min_cc(policy, version):
     return chosen
 
 
+def quant_text(name):
+    """A method name in canonical spelling: stripped, lower case, "-" as "_"."""
+    return name.strip().lower().replace("-", "_")
+
+
 def canonical_quant(name):
-    """Canonical key of a quantization method name ("compressed-tensors" -> "compressed_tensors")."""
+    """Canonical key of a quantization method name ("compressed-tensors" -> "compressed_tensors");
+    None for a non-string or a word meaning no method ("", none, null, no, false)."""
     if not isinstance(name, str):
         return None
-    key = name.strip().lower().replace("-", "_")
+    key = quant_text(name)
     if key in ("", "none", "null", "no", "false"):
         return None
     return key
 
 
-def resolve_quant(policy, name):
-    """(key, entry) for a method name, following aliases; (canonical, None) if unknown."""
+def quant_key(name, table=None):
+    """The QUANTIZATION key a method name means, following aliases and QUANT_SPELLINGS
+    ("nvfp4", "NVFP4", "modelopt_nvfp4" -> "modelopt_fp4"); the canonical name when the table has
+    no entry for it; None for no method. The one normaliser: the gate (resolve_quant) and
+    model_facts (vllm_quant_name) both call it."""
     key = canonical_quant(name)
     if key is None:
-        return None, None
-    table = policy["quantization"]
+        return None
+    table = QUANTIZATION if table is None else table
     if key in table:
-        return key, table[key]
+        return key
     for other, entry in table.items():
         if key in [canonical_quant(a) for a in entry.get("aliases", []) or []]:
-            return other, entry
-    return key, None
+            return other
+    for prefix, target in QUANT_SPELLINGS:
+        if key == prefix or (prefix.endswith("*") and key.startswith(prefix[:-1])):
+            if target in table:
+                return target
+    return key
+
+
+def resolve_quant(policy, name):
+    """(key, entry) for a method name, following aliases; (canonical, None) if unknown."""
+    key = quant_key(name, policy["quantization"])
+    if key is None:
+        return None, None
+    return key, policy["quantization"].get(key)
+
+
+def vllm_quant_name(name):
+    """(vLLM's --quantization spelling, known) for a method name as a checkpoint spells it.
+
+    "compressed_tensors" -> ("compressed-tensors", True), "nvfp4" -> ("modelopt_fp4", True);
+    ``known`` is False for names no release in VLLM_RELEASES accepts (returned lower-cased,
+    "-" as "_").
+    """
+    key = quant_key(name)
+    if key is None:
+        return quant_text(name), False
+    spelled = VLLM_QUANT_SPELLING.get(key, key)
+    return spelled, spelled in KNOWN_VLLM_QUANT_METHODS
 
 
 def driver_branch_eol(policy, branch, today):
@@ -753,32 +1087,77 @@ def _deep_merge(base, override):
     return base
 
 
-def _type_name(value):
+def type_name(value):
     return type(value).__name__
 
 
-def _as_bool(value, where):
+def short_repr(value):
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# Input coercion, shared by the policy overrides (PolicyError) and the gate's inputs (the gate
+# passes GateInputError): the one copy of these rules.
+
+
+def coerce_int(value, where, minimum=0, maximum=None, error=PolicyError):
+    """An int from an int, an integral float or a digit string ("1_000", "12.0"); None stays None.
+    Raises ``error`` naming ``where`` otherwise or outside [minimum, maximum]."""
+    if value is None:
+        return None
+    result = None
     if isinstance(value, bool):
+        result = None
+    elif isinstance(value, int):
+        result = value
+    elif isinstance(value, float):
+        if math.isfinite(value) and value == int(value):
+            result = int(value)
+    elif isinstance(value, str):
+        text = value.strip().replace("_", "")
+        if re.match(r"^\d{1,19}$", text):
+            result = int(text)
+        elif re.match(r"^\d{1,19}\.0*$", text):
+            result = int(text.split(".")[0])
+    if result is None:
+        raise error("%s: expected an integer, got %s" % (where, short_repr(value)))
+    if maximum is None:
+        if minimum is not None and result < minimum:
+            raise error("%s: expected an integer >= %d, got %d" % (where, minimum, result))
+    elif result < minimum or result > maximum:
+        raise error("%s: expected an integer between %d and %d, got %d" % (where, minimum, maximum, result))
+    return result
+
+
+def coerce_bool(value, where, error=PolicyError):
+    """True/False from a bool, 0/1 or true/yes/on/1 / false/no/off/0; None (and "", none, null)
+    gives None. Raises ``error`` naming ``where`` otherwise."""
+    if value is None or isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
-        return value.strip().lower() in ("true", "yes", "on", "1")
-    raise PolicyError("%s: expected true or false, got %r" % (where, value))
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("true", "yes", "on", "1"):
+            return True
+        if text in ("false", "no", "off", "0"):
+            return False
+        if text in ("", "none", "null"):
+            return None
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise error("%s: expected true or false, got %s" % (where, short_repr(value)))
+
+
+def _as_bool(value, where):
+    result = coerce_bool(value, where)
+    if result is None:
+        raise PolicyError("%s: expected true or false, got %r" % (where, value))
+    return result
 
 
 def _as_int(value, where, minimum=None):
-    if isinstance(value, bool):
-        raise PolicyError("%s: expected an integer, got %r" % (where, value))
-    if isinstance(value, int):
-        result = value
-    elif isinstance(value, float) and math.isfinite(value) and value == int(value):
-        result = int(value)
-    elif isinstance(value, str) and value.strip().isdigit():
-        result = int(value.strip())
-    else:
-        raise PolicyError("%s: expected an integer, got %r" % (where, value))
-    if minimum is not None and result < minimum:
-        raise PolicyError("%s: expected an integer >= %d, got %d" % (where, minimum, result))
-    return result
+    if value is None:
+        raise PolicyError("%s: expected an integer, got None" % where)
+    return coerce_int(value, where, minimum=minimum)
 
 
 def _check_cc_text(value, where):
@@ -914,7 +1293,7 @@ def merge_policy(overrides=None):
     if overrides is None:
         overrides = {}
     if not isinstance(overrides, dict):
-        raise PolicyError("policy: expected a mapping of overrides, got %s" % _type_name(overrides))
+        raise PolicyError("policy: expected a mapping of overrides, got %s" % type_name(overrides))
     allowed = set(DEFAULT_SETTINGS) | set(DATA_SECTIONS)
     for key in overrides:
         if key not in allowed:
@@ -927,7 +1306,7 @@ def merge_policy(overrides=None):
             continue
         value = overrides[section]
         if not isinstance(value, dict):
-            raise PolicyError("policy.%s: expected a mapping, got %s" % (section, _type_name(value)))
+            raise PolicyError("policy.%s: expected a mapping, got %s" % (section, type_name(value)))
         normalized = {}
         for key, entry in value.items():
             skey = str(key)
@@ -948,3 +1327,39 @@ def merge_policy(overrides=None):
     policy["settings"] = _normalize_settings(policy["settings"])
     _validate_sections(policy)
     return policy
+
+
+# ---------------------------------------------------------------------------------------------
+# Derived data: filled in once when this module loads, from the tables above (never restated)
+# ---------------------------------------------------------------------------------------------
+
+
+def _complete_releases():
+    """Fill the derived fields of VLLM_RELEASES and TORCH_WITHOUT_SM70 (see their comments)."""
+    since = {"vllm_min_compute_capability": VLLM_MIN_COMPUTE_CAPABILITY}
+    without_sm70 = []
+    for key, entry in VLLM_RELEASES.items():
+        entry["require_cuda"] = require_cuda_string(entry["cuda_base"])
+        entry["min_cc"] = format_cc(vllm_min_cc(since, parse_version(key)))
+        wheel = TORCH_WHEELS.get(entry.get("torch_wheel"))
+        entry["torch_arch"] = wheel["arch"] if wheel else None
+        vllm_arch = (entry.get("vllm_arch") or "").split()
+        if wheel and covers(vllm_arch, (7, 0)) == "sass" and covers(wheel["arch"].split(), (7, 0)) is None:
+            without_sm70.append((parse_version(key), key, wheel["arch"]))
+    without_sm70.sort()
+    if without_sm70:
+        TORCH_WITHOUT_SM70["range"] = [without_sm70[0][1], without_sm70[-1][1]]
+        TORCH_WITHOUT_SM70["torch_arch"] = without_sm70[0][2]
+
+
+def _quant_spellings():
+    """(canonical key -> vLLM spelling, every spelling) over the releases' quantization_methods."""
+    spelling = {}
+    for entry in VLLM_RELEASES.values():
+        for name in entry.get("quantization_methods") or []:
+            spelling.setdefault(canonical_quant(name), name)
+    return spelling, frozenset(spelling.values())
+
+
+_complete_releases()
+VLLM_QUANT_SPELLING, KNOWN_VLLM_QUANT_METHODS = _quant_spellings()

@@ -722,7 +722,7 @@ def test_compute_capability_from_name(name, cc):
 
 @pytest.mark.parametrize("cc, arch", [
     ("6.0", "Pascal"), ("6.1", "Pascal"), ("7.0", "Volta"), ("7.2", "Volta"), ("7.5", "Turing"), ("8.0", "Ampere"),
-    ("8.6", "Ampere"), ("8.7", "Ampere"), ("8.9", "Ada"), ("9.0", "Hopper"), ("10.0", "Blackwell"),
+    ("8.6", "Ampere"), ("8.7", "Ampere"), ("8.9", "Ada Lovelace"), ("9.0", "Hopper"), ("10.0", "Blackwell"),
     ("12.0", "Blackwell"), ("1.0", None), (None, None),
 ])
 def test_architecture_for(cc, arch):

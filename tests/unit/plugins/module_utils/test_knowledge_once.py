@@ -1,0 +1,454 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Each fact lives once: _policy.py is the knowledge base, every other module derives from it.
+
+Two kinds of checks:
+
+1. A scan of the source (AST) of plugins/module_utils/*.py and plugins/modules/*.py: literal
+   constants that look like facts (CUDA and driver versions, arch lists, vLLM versions,
+   NVIDIA_REQUIRE_CUDA strings, driver-branch lists, quantization-method lists, compute
+   capability -> architecture maps, NVML's integer decoding) may be written only in _policy.py,
+   and inside _policy.py a value of one kind of fact may sit in one table only. ALLOWED lists
+   the few legitimate exceptions, each with the reason.
+2. Agreement: where two modules answer the same question (image profiles vs the release table,
+   gpu_facts' architecture names vs the policy, NVML decoding, arch coverage, quantization names),
+   they give the same answer on a grid of inputs.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ast
+import collections
+import glob
+import os
+import re
+
+import pytest
+
+from ansible_collections.labfleet.vllm.plugins.module_utils import _gate as G
+from ansible_collections.labfleet.vllm.plugins.module_utils import _gpu
+from ansible_collections.labfleet.vllm.plugins.module_utils import _image as I
+from ansible_collections.labfleet.vllm.plugins.module_utils import _model as M
+from ansible_collections.labfleet.vllm.plugins.module_utils import _pci_ids
+from ansible_collections.labfleet.vllm.plugins.module_utils import _policy as P
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+KNOWLEDGE_BASE = "_policy.py"
+
+
+def _sources(repo):
+    paths = sorted(glob.glob(os.path.join(repo, "plugins", "module_utils", "*.py"))
+                   + glob.glob(os.path.join(repo, "plugins", "modules", "*.py")))
+    assert paths, "no plugin sources found under %s" % repo
+    for path in paths:
+        with open(path) as handle:
+            yield os.path.basename(path), ast.parse(handle.read(), path)
+
+
+# --------------------------------------------------------------------------------------------
+# 1. Source scan
+# --------------------------------------------------------------------------------------------
+
+# Whole string constants that are facts.
+FACT_STRINGS = {
+    "cuda_version": re.compile(r"^1[0-3]\.\d\.\d$"),                      # "12.4.0"
+    "driver_version": re.compile(r"^[3-9]\d\d\.\d{1,3}(\.\d{1,3})?$"),    # "550.54.14", "570.26"
+    "arch_list": re.compile(r"^\d{1,2}\.\d[af]?(\+PTX)?([ ;]\d{1,2}\.\d[af]?(\+PTX)?){2,}$"),
+    "vllm_version": re.compile(r"^v?0\.\d{1,2}\.\d{1,2}(\.\d+)?$"),       # "0.8.5"
+    "require_cuda": re.compile(r"^(cuda>=\d|brand=[a-z]+,driver)"),
+}
+_QUANT_MARKERS = frozenset(("awq", "gptq", "fp8", "gguf", "bitsandbytes", "marlin", "compressed-tensors",
+                            "compressed_tensors", "modelopt", "moe_wna16"))
+_CC_KEY = re.compile(r"^\d{1,2}\.\d$")
+_ARCH_NAME = re.compile(r"^[A-Z][a-z]+( [A-Z][a-z]+)?$")
+
+# Legitimate uses outside the knowledge base: (file, kind, value) -> why.
+ALLOWED = {
+    # The distributions' own archives: which branches a distribution ships is packaging knowledge
+    # of the nvidia_driver role, not compatibility policy; Ubuntu 22.04 and 24.04 ship the same two.
+    ("_driver.py", "driver_branches", (550, 580)): "DISTROS native branches (Ubuntu 22.04 and 24.04)",
+    # How model_facts reads a checkpoint: the methods whose quantization_config describes integer
+    # weights by bits and group_size. A reading rule of the config format, stated nowhere else.
+    ("_model.py", "quantization_methods", ("gptq", "awq", "gptq_marlin", "awq_marlin", "marlin", "moe_wna16")):
+        "integer-weight methods in quant_from_config_json",
+}
+
+
+def _docstring_ids(tree):
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+    return ids
+
+
+def _lookup_ids(tree):
+    """Constants used to look something up (d["0.8.5"], f("12.4")) rather than to state it."""
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript):
+            for sub in ast.walk(node.slice):
+                ids.add(id(sub))
+    return ids
+
+
+def _int_list(node):
+    if not isinstance(node, (ast.List, ast.Tuple, ast.Set)) or len(node.elts) < 2:
+        return None
+    values = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+    if len(values) != len(node.elts):
+        return None
+    if all(isinstance(v, int) and not isinstance(v, bool) and 400 <= v <= 999 for v in values):
+        return tuple(values)
+    return None
+
+
+def _quant_list(node):
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("frozenset", "set", "tuple", "list") \
+            and node.args:
+        node = node.args[0]
+    if not isinstance(node, (ast.List, ast.Tuple, ast.Set)) or len(node.elts) < 5:
+        return None
+    values = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    if len(values) == len(node.elts) and len(_QUANT_MARKERS.intersection(values)) >= 3:
+        return tuple(values)
+    return None
+
+
+def _cc_name_map(node):
+    if not isinstance(node, ast.Dict) or len(node.keys) < 2:
+        return False
+    pairs = [(k.value, v.value) for k, v in zip(node.keys, node.values)
+             if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)
+             and isinstance(k.value, str) and isinstance(v.value, str)]
+    return len(pairs) >= 2 and sum(1 for k, v in pairs if _CC_KEY.match(k) and _ARCH_NAME.match(v)) >= 2
+
+
+def _table_of(tree):
+    """Map id(node) -> name of the module-level assignment or function the node sits in."""
+    owner = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign):
+            name = ",".join(getattr(t, "id", "?") for t in stmt.targets)
+        elif isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+            name = stmt.name + "()"
+        else:
+            name = "<module>"
+        for node in ast.walk(stmt):
+            owner[id(node)] = name
+    return owner
+
+
+def _field_of(tree):
+    """Map id(constant) -> the innermost dict key it is the value of (also through a list value),
+    or "func#n" / "func:kw" for an argument of a call."""
+    field = {}
+    # ast.walk goes outside in, so an inner dict or call overwrites what an outer one set.
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    for sub in ast.walk(value):
+                        field[id(sub)] = key.value
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            for index, arg in enumerate(node.args):
+                for sub in ast.walk(arg):
+                    field[id(sub)] = "%s#%d" % (node.func.id, index)
+            for kw in node.keywords:
+                for sub in ast.walk(kw.value):
+                    field[id(sub)] = "%s:%s" % (node.func.id, kw.arg)
+    return field
+
+
+# Field names that state the same kind of fact (a value under any of them is one fact).
+FIELD_GROUPS = {
+    "cuda_base": "cuda", "cuda_version": "cuda", "cuda": "cuda",
+    "vllm_arch": "vllm_arch", "arch_list": "vllm_arch",
+    "torch_arch": "torch_arch", "torch_arch_list": "torch_arch", "arch": "torch_arch",
+    "torch": "torch", "torch_version": "torch",
+    "min_linux_driver": "min_driver", "_tk#1": "min_driver",
+}
+
+
+def scan(repo=REPO):
+    """(facts, problems): facts[(kind, value)] = [(file, line, table, field)]; problems: list of text."""
+    facts = collections.defaultdict(list)
+    problems = []
+    for name, tree in _sources(repo):
+        skip = _docstring_ids(tree) | _lookup_ids(tree)
+        tables = _table_of(tree)
+        fields = _field_of(tree)
+        for node in ast.walk(tree):
+            where = (name, getattr(node, "lineno", 0), tables.get(id(node), "?"), fields.get(id(node)))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+                for kind, pattern in FACT_STRINGS.items():
+                    if pattern.match(node.value):
+                        facts[(kind, node.value)].append(where)
+            branches = _int_list(node)
+            if branches is not None:
+                facts[("driver_branches", branches)].append(where)
+            methods = _quant_list(node)
+            if methods is not None:
+                facts[("quantization_methods", methods)].append(where)
+            if _cc_name_map(node):
+                problems.append("%s:%d: a compute capability -> architecture name dict; derive it from "
+                                "_policy.ARCHITECTURES (architecture_label)" % where[:2])
+            if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod)) \
+                    and isinstance(node.right, ast.Constant) and node.right.value == 1000 \
+                    and name != KNOWLEDGE_BASE:
+                problems.append("%s:%d: decodes NVML's integer CUDA version itself; call "
+                                "_policy.cuda_version_from_nvml" % where[:2])
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "replace" \
+                    and [getattr(a, "value", None) for a in node.args] == ["-", "_"] and name != KNOWLEDGE_BASE:
+                problems.append("%s:%d: normalises a quantization name itself; call _policy.quant_text / "
+                                "canonical_quant / quant_key" % where[:2])
+    for (kind, value), places in sorted(facts.items(), key=lambda item: repr(item[0])):
+        outside = [p for p in places if p[0] != KNOWLEDGE_BASE and (p[0], kind, value) not in ALLOWED]
+        for place in outside:
+            problems.append("%s:%d: %s %r is written here; it belongs in %s once (then import or derive it)"
+                            % (place[0], place[1], kind, value, KNOWLEDGE_BASE))
+        if kind in ("quantization_methods", "driver_branches"):
+            inside = [p for p in places if p[0] == KNOWLEDGE_BASE]
+            if len(inside) > 1:
+                problems.append("%s: %s %r is written %d times (lines %s)" % (
+                    KNOWLEDGE_BASE, kind, value, len(inside), ", ".join(str(p[1]) for p in inside)))
+        # Inside the knowledge base: one kind of fact with one value sits in one table.
+        by_group = collections.defaultdict(set)
+        for place in places:
+            if place[0] == KNOWLEDGE_BASE and place[3] in FIELD_GROUPS:
+                by_group[FIELD_GROUPS[place[3]]].add((place[2], place[1]))
+        for group, spots in by_group.items():
+            tables = sorted(set(t for t, _ in spots))
+            if len(tables) > 1:
+                problems.append("%s: %s %r is stated in %d tables (%s)" % (
+                    KNOWLEDGE_BASE, group, value, len(tables),
+                    ", ".join("%s line %d" % s for s in sorted(spots))))
+    unique = []
+    for problem in problems:
+        if problem not in unique:
+            unique.append(problem)
+    return facts, unique
+
+
+def test_each_fact_is_written_once():
+    facts, problems = scan()
+    assert facts, "the scan found no facts at all; the patterns no longer match the sources"
+    assert not problems, "facts written more than once:\n" + "\n".join(problems)
+
+
+def test_allow_list_is_still_needed():
+    facts, _ = scan()
+    used = set()
+    for (kind, value), places in facts.items():
+        for place in places:
+            used.add((place[0], kind, value))
+    stale = [key for key in ALLOWED if key not in used]
+    assert not stale, "ALLOWED entries that match nothing any more (remove them): %r" % stale
+
+
+def test_scan_catches_a_restated_fact(tmp_path):
+    """The scan itself: a profile literal restating a CUDA version, a second cc -> name map, a
+    branch list outside the policy and one CUDA version in two policy tables all fail; the same
+    value for two releases of one table does not."""
+    module_utils = tmp_path / "plugins" / "module_utils"
+    module_utils.mkdir(parents=True)
+    (tmp_path / "plugins" / "modules").mkdir()
+    (module_utils / "_policy.py").write_text(
+        u'X = {"0.8.5": {"cuda_base": "12.4.0"}, "0.8.4": {"cuda_base": "12.4.0"}}\n'
+        u'Y = {"vllm/vllm-openai:v0.8.5": {"cuda_version": "12.4.0"}}\n')
+    (module_utils / "_image.py").write_text(
+        u'P = {"cuda_version": "12.4.1"}\nA = {"8.9": "Ada", "9.0": "Hopper"}\nB = (470, 525, 535)\n')
+    _, problems = scan(str(tmp_path))
+    text = "\n".join(problems)
+    assert "_image.py:1: cuda_version '12.4.1'" in text
+    assert "_image.py:2: a compute capability -> architecture name dict" in text
+    assert "_image.py:3: driver_branches (470, 525, 535)" in text
+    assert "_policy.py: cuda '12.4.0' is stated in 2 tables (X line 1, Y line 2)" in text
+
+
+# --------------------------------------------------------------------------------------------
+# 2. Agreement between the modules that use a fact
+# --------------------------------------------------------------------------------------------
+
+POLICY = P.merge_policy()
+
+
+def _profile_releases():
+    for version, release in sorted(P.VLLM_RELEASES.items()):
+        for image_key in sorted(release.get("images") or {}):
+            yield version, image_key
+
+
+@pytest.mark.parametrize("version,image_key", list(_profile_releases()))
+def test_image_profiles_agree_with_the_release_table(version, image_key):
+    release = P.VLLM_RELEASES[version]
+    image = release["images"][image_key]
+    fields = dict(release, **(image.get("variant") or {}))
+    profile = I.PROFILES[image_key]
+    assert profile["vllm_version"] == version
+    assert profile["cuda_version"] == fields["cuda_base"]
+    assert profile["arch_list"] == fields["vllm_arch"].split()
+    assert profile["torch_version"] == fields["torch"]
+    assert profile["quantization_methods"] == fields["quantization_methods"]
+    assert profile["require_cuda"] == P.require_cuda_string(fields["cuda_base"])
+    assert profile["min_compute_capability"] == P.format_cc(P.vllm_min_cc(POLICY, P.parse_version(version)))
+    assert profile["entrypoint"] == fields["entrypoint"]
+    assert profile["tags"] == image["tags"]
+    # and the gate reads the same release through its own path
+    key, entry = G._release_for(POLICY, P.parse_version(version))
+    assert key == version and entry["cuda_base"] == release["cuda_base"]
+
+
+def test_every_release_row_with_an_image_profile_is_profiled():
+    assert sorted(I.PROFILES) == sorted(k for _, k in _profile_releases())
+    assert I.QUANT_0_8_5 is P.VLLM_RELEASES["0.8.5"]["quantization_methods"]
+
+
+@pytest.mark.parametrize("version", sorted(P.VLLM_RELEASES))
+def test_release_min_cc_and_require_cuda_are_derived(version):
+    release = P.VLLM_RELEASES[version]
+    assert release["min_cc"] == P.format_cc(P.vllm_min_cc(POLICY, P.parse_version(version)))
+    assert release["require_cuda"] == P.require_cuda_string(release["cuda_base"])
+    wheel = P.TORCH_WHEELS.get(release.get("torch_wheel"))
+    assert release["torch_arch"] == (wheel["arch"] if wheel else None)
+
+
+def test_reference_values_that_were_wrong_before():
+    assert P.VLLM_RELEASES["0.8.5"]["cuda_base"] == "12.4.0"
+    assert I.PROFILES["vllm/vllm-openai:v0.8.5"]["cuda_version"] == "12.4.0"
+    assert "11.0" not in P.VLLM_RELEASES["0.20.0"]["vllm_arch"].split()
+    assert I.PROFILES["vllm/vllm-openai:v0.20.0"]["arch_list"] == P.VLLM_RELEASES["0.20.0"]["vllm_arch"].split()
+    assert P.FORWARD_COMPAT_IMAGE_BRANCHES["12.4"]["branches"] == [470, 525, 535]
+
+
+def test_torch_without_sm70_follows_the_releases():
+    span = P.TORCH_WITHOUT_SM70["range"]
+    low, high = P.parse_version(span[0]), P.parse_version(span[1])
+    for version, release in P.VLLM_RELEASES.items():
+        wheel = P.TORCH_WHEELS.get(release.get("torch_wheel"))
+        if not wheel:
+            continue
+        lacks = P.covers(release.get("vllm_arch", "").split(), (7, 0)) == "sass" \
+            and P.covers(wheel["arch"].split(), (7, 0)) is None
+        assert lacks == G._in_range(P.parse_version(version), low, high), version
+    assert P.TORCH_WITHOUT_SM70["torch_arch"] == P.TORCH_WHEELS["2.7 cu128"]["arch"]
+
+
+@pytest.mark.parametrize("cuda", sorted(P.FORWARD_COMPAT_IMAGE_BRANCHES))
+def test_require_cuda_strings_come_from_the_forward_compat_table(cuda):
+    entry = P.FORWARD_COMPAT_IMAGE_BRANCHES[cuda]
+    alternatives = P.parse_require_cuda(P.require_cuda_string(cuda))
+    assert alternatives[0] == [("cuda", ">=", cuda)]
+    branches = sorted(set(int(c[2]) for alt in alternatives[1:] for c in alt if c[:2] == ("driver", ">=")))
+    assert branches == sorted(entry["branches"])
+    for name in ("REQUIRE_CUDA_" + cuda.replace(".", "_"),):
+        if hasattr(I, name):
+            assert getattr(I, name) == P.require_cuda_string(cuda)
+
+
+def test_cuda_toolkits_agree_with_mvc_and_driver_branches():
+    for key, entry in P.CUDA_TOOLKITS.items():
+        major = key.split(".")[0]
+        assert entry["mvc_floor"] == P.MINOR_VERSION_COMPATIBILITY[major]["driver_min"], key
+        branch = P.parse_driver_version(entry["min_linux_driver"])[0]
+        native, _ = P.max_cuda_for_branch(POLICY, branch)
+        assert native is not None and P.compare_versions(native, P.parse_version(key)[:2]) >= 0, key
+
+
+ALL_CCS = sorted(set(cc for entry in P.ARCHITECTURES.values() for cc in entry["cc"]) | {"1.0", "8.8", "13.0"},
+                 key=lambda t: P.parse_cc(t))
+
+
+@pytest.mark.parametrize("cc", ALL_CCS)
+def test_architecture_names_agree(cc):
+    label = P.architecture_label(cc)
+    assert _pci_ids.architecture_for(cc) == label
+    assert _pci_ids.CC_ARCHITECTURE.get(cc) == label
+    gpu = _gpu.complete_gpu(dict(_gpu.new_gpu("test"), compute_capability=cc))
+    assert gpu["architecture"] == label
+    if label is not None:
+        key = P.arch_for_cc(POLICY, P.parse_cc(cc))
+        assert POLICY["architectures"][key]["label"] == label
+
+
+def test_pci_table_names_come_from_the_policy():
+    for device_id, entry in _pci_ids.PCI_DEVICES.items():
+        assert entry["architecture"] == P.architecture_label(entry["compute_capability"]), device_id
+    assert P.architecture_label("7.0") == "Volta"
+    assert P.architecture_label("8.9") == "Ada Lovelace"
+
+
+@pytest.mark.parametrize("number", list(range(1000, 100000, 997)) + [11040, 12040, 12080, 13000, 99990])
+def test_nvml_cuda_version_decodes_the_same_everywhere(number):
+    via_gpu_facts = _gpu.cuda_version_from_int(number)
+    via_gate = G._cuda_driver_tuple(number, "cuda_driver_version")
+    via_gate_text = G._cuda_driver_tuple(str(number), "cuda_driver_version")
+    assert via_gpu_facts == "%d.%d" % via_gate == "%d.%d" % via_gate_text
+    assert G.validate_inputs(cuda_driver_version=number)["cuda_driver"] == via_gate
+
+
+def _arch_lists():
+    lists = set()
+    for release in P.VLLM_RELEASES.values():
+        for field in ("vllm_arch", "vllm_arch_dockerfile", "torch_arch"):
+            if release.get(field):
+                lists.add(release[field])
+    for wheel in P.TORCH_WHEELS.values():
+        lists.add(wheel["arch"])
+    lists.update(["9.0a", "9.0a+PTX", "compute_90a", "compute_90", "sm_70+PTX", "sm_70 compute_80",
+                  "10.0f 12.0f", "8.0+PTX", "7.5 sm_90a compute_90a", "12.0+PTX", "5.0 6.1"])
+    return sorted(lists)
+
+
+@pytest.mark.parametrize("arch_list", _arch_lists())
+def test_arch_coverage_is_one_rule(arch_list):
+    entries = G.validate_inputs(image={"arch_list": arch_list})["image"]["arch"]
+    for text in ALL_CCS + ["9.1", "10.1", "12.1"]:
+        cc = P.parse_cc(text)
+        assert I.covers(arch_list.split(), cc) == G._arch_support(entries, cc), (arch_list, text)
+
+
+QUANT_SPELLINGS = ["nvfp4", "NVFP4", "modelopt_fp4", "modelopt-fp4", "fp4", "modelopt_nvfp4", "nvfp4a16",
+                   "compressed-tensors", "compressed_tensors", "Compressed-Tensors", "gptq", "GPTQ", "gptq_marlin",
+                   "awq", "AWQ", "awq_marlin", "fp8", "FP8", "fbgemm_fp8", "gguf", "bitsandbytes", "marlin",
+                   "modelopt", "moe_wna16", "experts_int8", "mxfp4", "petit_nvfp4", "bitnet", "aqlm"]
+QUANT_SPELLINGS += sorted(P.KNOWN_VLLM_QUANT_METHODS)
+
+
+@pytest.mark.parametrize("spelling", QUANT_SPELLINGS)
+def test_quantization_names_normalise_the_same_way(spelling):
+    # model_facts' path: the checkpoint's name -> vLLM's spelling, then the gate reads it
+    model_name, _ = M.normalise_method(spelling)
+    via_model = P.resolve_quant(POLICY, G.validate_inputs(model={"quant_method": model_name})["model"]
+                                ["quant_method"])[0]
+    # the gate's path: the same spelling given straight to vllm.quantization
+    via_gate = P.resolve_quant(POLICY, G.validate_inputs(vllm={"quantization": spelling})["vllm"]
+                               ["quantization"])[0]
+    assert via_model == via_gate == P.quant_key(spelling)
+
+
+def test_model_facts_method_tables_are_the_policys():
+    assert M.KNOWN_VLLM_METHODS is P.KNOWN_VLLM_QUANT_METHODS
+    for key, names in M.METHOD_ALIASES.items():
+        assert names[1:] == P.QUANTIZATION[key]["aliases"]
+    assert M.normalise_method("compressed_tensors") == ("compressed-tensors", True)
+    assert M.normalise_method("nvfp4") == ("modelopt_fp4", True)
+
+
+def test_coercion_helpers_are_one_copy():
+    for value in (0, 1, "1", " 12 ", "1_000", "12.0", 12.0):
+        assert G._to_int(value, "x") == P.coerce_int(value, "x")
+        assert P._as_int(value, "x") == P.coerce_int(value, "x")
+    for value in (True, False, "yes", "off", 1, 0):
+        assert G._to_bool(value, "x") == P.coerce_bool(value, "x") == P._as_bool(value, "x")
+    for bad in ("maybe", 2, [1]):
+        with pytest.raises(G.GateInputError):
+            G._to_bool(bad, "x")
+        with pytest.raises(P.PolicyError):
+            P._as_bool(bad, "x")
