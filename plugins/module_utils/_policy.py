@@ -75,6 +75,10 @@ SOURCES = {
     "S-FACTS-2.3": "facts.md 2.3 (PyTorch wheel arch lists, .ci/manywheel/build_cuda.sh and issues)",
     "S-DOCS": "vLLM installation docs in each release ('compute capability 7.0 or higher' through 0.19.x, "
               "'7.5 or higher' from 0.20.0)",
+    "S-REFDEPLOY": "reference-deployment.md (2x V100, vLLM 0.8.5: --enforce-eager, 'CUDA graphs sometimes caused "
+                   "odd memory errors on V100')",
+    "S-VLLM-CUDAGRAPH": "vllm#11251, vllm#15598 (CUDA graph capture memory outside the gpu_memory_utilization budget, "
+                        "'1~3 GiB per GPU')",
     "user": "a user override (policy option / preflight role variable)",
 }
 
@@ -262,7 +266,10 @@ ARCHITECTURES = {
                "source": "S-ARCHMATRIX; S-NIXOS-1880; S-OPENMOD", "confidence": "verified"},
     "volta": {"label": "Volta", "cc": ["7.0", "7.2"], "max_driver_branch": 580,
               "min_driver_branch": None, "last_cuda": "12.x", "kernel_module": "proprietary",
-              "note": "7.2 (Xavier) is a Jetson part",
+              "enforce_eager": True,
+              "enforce_eager_why": "CUDA graphs caused memory errors on V100 in the reference deployment, and "
+                                   "graph capture takes 1-3 GiB per GPU outside gpu_memory_utilization",
+              "note": "7.2 (Xavier) is a Jetson part; enforce_eager: S-REFDEPLOY, S-VLLM-CUDAGRAPH",
               "source": "S-ARCHMATRIX; S-NIXOS-1880; S-OPENMOD", "confidence": "verified"},
     "turing": {"label": "Turing", "cc": ["7.5"], "max_driver_branch": None, "min_driver_branch": 410,
                "last_cuda": "ongoing", "kernel_module": "either",
@@ -787,9 +794,9 @@ def kernel_module_labels(architectures=None, oldest_branch=None):
         rows.append((min(ccs), entry.get("label"), entry.get("kernel_module", "either")))
     rows.sort()
     return {
-        "proprietary_only": [label for _, label, module in rows if module == "proprietary"],
-        "proprietary_ok": [label for _, label, module in rows if module in ("proprietary", "either")],
-        "open_ok": [label for _, label, module in rows if module in ("open", "either")],
+        "proprietary_only": [row[1] for row in rows if row[2] == "proprietary"],
+        "proprietary_ok": [row[1] for row in rows if row[2] in ("proprietary", "either")],
+        "open_ok": [row[1] for row in rows if row[2] in ("open", "either")],
     }
 
 

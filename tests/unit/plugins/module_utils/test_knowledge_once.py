@@ -224,7 +224,7 @@ def scan(repo=REPO):
             if place[0] == KNOWLEDGE_BASE and place[3] in FIELD_GROUPS:
                 by_group[FIELD_GROUPS[place[3]]].add((place[2], place[1]))
         for group, spots in by_group.items():
-            tables = sorted(set(t for t, _ in spots))
+            tables = sorted(set(spot[0] for spot in spots))
             if len(tables) > 1:
                 problems.append("%s: %s %r is stated in %d tables (%s)" % (
                     KNOWLEDGE_BASE, group, value, len(tables),
@@ -243,7 +243,7 @@ def test_each_fact_is_written_once():
 
 
 def test_allow_list_is_still_needed():
-    facts, _ = scan()
+    facts = scan()[0]
     used = set()
     for (kind, value), places in facts.items():
         for place in places:
@@ -264,7 +264,7 @@ def test_scan_catches_a_restated_fact(tmp_path):
         u'Y = {"vllm/vllm-openai:v0.8.5": {"cuda_version": "12.4.0"}}\n')
     (module_utils / "_image.py").write_text(
         u'P = {"cuda_version": "12.4.1"}\nA = {"8.9": "Ada", "9.0": "Hopper"}\nB = (470, 525, 535)\n')
-    _, problems = scan(str(tmp_path))
+    problems = scan(str(tmp_path))[1]
     text = "\n".join(problems)
     assert "_image.py:1: cuda_version '12.4.1'" in text
     assert "_image.py:2: a compute capability -> architecture name dict" in text
@@ -306,7 +306,7 @@ def test_image_profiles_agree_with_the_release_table(version, image_key):
 
 
 def test_every_release_row_with_an_image_profile_is_profiled():
-    assert sorted(I.PROFILES) == sorted(k for _, k in _profile_releases())
+    assert sorted(I.PROFILES) == sorted(pair[1] for pair in _profile_releases())
     assert I.QUANT_0_8_5 is P.VLLM_RELEASES["0.8.5"]["quantization_methods"]
 
 
@@ -357,12 +357,12 @@ def test_cuda_toolkits_agree_with_mvc_and_driver_branches():
         major = key.split(".")[0]
         assert entry["mvc_floor"] == P.MINOR_VERSION_COMPATIBILITY[major]["driver_min"], key
         branch = P.parse_driver_version(entry["min_linux_driver"])[0]
-        native, _ = P.max_cuda_for_branch(POLICY, branch)
+        native = P.max_cuda_for_branch(POLICY, branch)[0]
         assert native is not None and P.compare_versions(native, P.parse_version(key)[:2]) >= 0, key
 
 
 ALL_CCS = sorted(set(cc for entry in P.ARCHITECTURES.values() for cc in entry["cc"]) | {"1.0", "8.8", "13.0"},
-                 key=lambda t: P.parse_cc(t))
+                 key=P.parse_cc)
 
 
 @pytest.mark.parametrize("cc", ALL_CCS)
@@ -424,7 +424,7 @@ QUANT_SPELLINGS += sorted(P.KNOWN_VLLM_QUANT_METHODS)
 @pytest.mark.parametrize("spelling", QUANT_SPELLINGS)
 def test_quantization_names_normalise_the_same_way(spelling):
     # model_facts' path: the checkpoint's name -> vLLM's spelling, then the gate reads it
-    model_name, _ = M.normalise_method(spelling)
+    model_name = M.normalise_method(spelling)[0]
     via_model = P.resolve_quant(POLICY, G.validate_inputs(model={"quant_method": model_name})["model"]
                                 ["quant_method"])[0]
     # the gate's path: the same spelling given straight to vllm.quantization
