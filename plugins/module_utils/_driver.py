@@ -162,12 +162,12 @@ _UPSTREAM_RE = re.compile(r"^(?:\d+:)?(\d{3}\.\d{1,3}(?:\.\d{1,3})?)(?:[-~+].*)?
 def parse_branch(value):
     """A driver branch as an int: 550, "550", "R550", "550.163.01" -> 550."""
     if isinstance(value, bool):
-        raise DriverInputError("nvidia_driver_branch: expected a branch like '550' or 'R580', got %r" % (value,))
+        raise DriverInputError("preflight_deployment.driver.branch: expected a branch like '550' or 'R580', got %r" % (value,))
     if isinstance(value, int):
         value = str(value)
     match = _BRANCH_RE.match(value) if isinstance(value, str) else None
     if not match:
-        raise DriverInputError("nvidia_driver_branch: expected a branch like '550' or 'R580', got %r" % (value,))
+        raise DriverInputError("preflight_deployment.driver.branch: expected a branch like '550' or 'R580', got %r" % (value,))
     return int(match.group(1))
 
 
@@ -179,7 +179,7 @@ def parse_exact_version(value):
     if text == "":
         return None
     if not _VERSION_RE.match(text):
-        raise DriverInputError("nvidia_driver_version: expected an exact driver version like '550.163.01' "
+        raise DriverInputError("preflight_deployment.driver.version: expected an exact driver version like '550.163.01' "
                                "(no package revision), got %r" % (value,))
     return text
 
@@ -483,9 +483,9 @@ def decide_action(installed_version, branch, version=None, allow_change=False, u
     if not allow_change:
         return {"action": "refuse",
                 "msg": "driver %s is installed but %s is asked for: %s, which this role makes only when "
-                       "nvidia_driver_allow_change is true (then it unholds, changes, re-holds and reboots)"
+                       "preflight_deployment.driver.allow_change is true (then it unholds, changes, re-holds and reboots)"
                        % (installed_version, wanted, what)}
-    return {"action": "change", "msg": "changing driver %s to %s (%s, nvidia_driver_allow_change)"
+    return {"action": "change", "msg": "changing driver %s to %s (%s, preflight_deployment.driver.allow_change)"
                                        % (installed_version, wanted, what)}
 
 
@@ -690,7 +690,7 @@ def plan(request):
     branch = parse_branch(request.get("branch"))
     version = parse_exact_version(_opt_str(request.get("version")))
     if version and branch_of(version) != branch:
-        raise DriverInputError("nvidia_driver_version %s is not on branch R%d (nvidia_driver_branch); set both to "
+        raise DriverInputError("preflight_deployment.driver.version %s is not on branch R%d (preflight_deployment.driver.branch); set both to "
                                "the same branch" % (version, branch))
     source, source_why = choose_source(key, branch, _opt_str(request.get("source")) or "auto")
     flavour = choose_flavour(_opt_str(request.get("kernel_module")) or "auto",

@@ -23,6 +23,12 @@ description:
   - The compatibility policy ships with the collection as Python data in module_utils (so it travels
     with the module to any host) and has a source for every entry. The O(policy) option overrides
     or extends it.
+  - "With O(request) the verdict is a plan of the host's target state: the gate judges the driver the
+    M(labfleet.vllm.nvidia_driver) role will install, keep or replace (not only the installed one), the
+    image the rollout will pull, and every instance's own arguments, and returns per step (C(driver),
+    C(runtime), C(image), C(model), C(server)) what will happen and why, and per instance the effective vLLM
+    arguments (C(enforce_eager) included) and the argv the server's unit runs. Without O(request) the
+    installed driver is judged as it is, as before."
   - The module never fails for a "no" verdict; it fails only when an input is malformed, and then
     the message names the field and what is expected.
   - Extra keys in the O(gpus) entries and in O(image), O(model) and O(vllm) are ignored, so the
@@ -46,7 +52,10 @@ description:
     capability (AWQ 7.5, Marlin 7.5/8.0, FP8 7.5/8.0, NVFP4 7.5/10.0);
     V(QUANTIZATION_UNKNOWN_TO_IMAGE) the image's vLLM does not know the quantization method;
     V(INSUFFICIENT_VRAM) the weights per GPU, or the KV cache of one C(vllm.max_model_len) sequence, do not fit;
-    V(TENSOR_PARALLEL_EXCEEDS_GPUS) tensor_parallel_size x pipeline_parallel_size exceeds the GPU count."
+    V(TENSOR_PARALLEL_EXCEEDS_GPUS) tensor_parallel_size x pipeline_parallel_size exceeds the GPU count
+    (of the instance, with O(request));
+    V(DRIVER_CHANGE_NOT_ALLOWED) the request asks for another driver than the installed one without
+    C(request.driver.allow_change); V(INSTANCE_GPUS_UNAVAILABLE) an instance names a GPU index the host lacks."
   - "Warning codes: V(DRIVER_UNKNOWN) no driver version (driver absent), driver checks skipped;
     V(DRIVER_BRANCH_EOL) the driver branch is end of life;
     V(CUDA_MINOR_VERSION_COMPAT) the image's CUDA is newer than the driver's and runs through minor version
@@ -64,7 +73,8 @@ description:
     V(MEMORY_PLAN_INCOMPLETE) inputs for the memory plan are missing; V(WEIGHTS_ESTIMATED) weight bytes
     estimated from param_count; V(GPU_MEMORY_UNEVEN) the GPUs differ in memory size;
     V(ARCH_UNKNOWN) the compute capability maps to no architecture in the policy;
-    V(VLLM_VERSION_UNKNOWN) image.vllm_version is not a version number."
+    V(VLLM_VERSION_UNKNOWN) image.vllm_version is not a version number;
+    V(DRIVER_NOT_MANAGED) C(request.driver.manage) is false, the installed driver was judged."
   - "Memory plan: usable bytes per GPU = memory_total x gpu_memory_utilization (default 0.9) minus a
     reserve of 1536 MiB per GPU (C(policy.reserve_mib)) for the profile-run activation peak, the CUDA
     context and library workspaces; weights per GPU = weights / (tensor_parallel_size x
@@ -119,7 +129,7 @@ options:
     default: false
   image:
     description:
-      - "What is known about the vLLM image; every key optional: C(cuda_version) (str, V(12.4.1)),
+      - "What is known about the vLLM image; every key optional: C(cuda_version) (str, V(12.4.0)),
         C(require_cuda) (str, the image's C(NVIDIA_REQUIRE_CUDA), for example
         V(cuda>=12.4 brand=tesla,driver>=470,driver<471); a space means OR, a comma AND),
         C(arch_list) (list of str or one string, torch style V(7.0), V(9.0+PTX), V(sm_70), V(compute_70)),
@@ -160,6 +170,25 @@ options:
         C(driver_branches), C(architectures), C(dtypes), C(quantization), C(vllm_min_compute_capability)."
     type: dict
     default: {}
+  request:
+    description:
+      - "The deployment request, the one variable tree of the inventory (the preflight role's
+        C(preflight_deployment)). Keys, all optional: C(image) (str, repository:tag), C(image_digest)
+        (str, C(sha256:...)), C(model_path) (str), C(served_model_name) (str), C(vllm_args) (dict, merged over
+        O(vllm)), C(enforce_eager) (V(auto), V(true) or V(false); V(auto) follows the policy's architecture
+        table: on for Volta), C(extra_args) (list of str, appended to every instance's argv),
+        C(instances) (list; each C(name) (unit and container name), C(gpus) (V(all), an index or a list of
+        indices), C(vllm_args) (dict, merged over the request's), C(enforce_eager), C(extra_args); other keys
+        such as C(port) pass through), C(driver) (C(manage) (bool, default true), C(branch) (str, V(550)),
+        C(version) (str, exact), C(allow_change) (bool, default false))."
+      - O(driver_version) is then the installed driver; the gate judges the driver the plan leaves on the host.
+    type: dict
+  host:
+    description:
+      - The host's container stack as M(labfleet.vllm.host_facts) reports it (C(docker_server_version),
+        C(nvidia_ctk_version), ...), for the plan's C(runtime) step. Other keys are ignored.
+    type: dict
+    default: {}
 notes:
   - The policy's data, its sources and confidence levels are in
     C(plugins/module_utils/_policy.py); docs/deploy_gate.md explains the codes and the memory plan.
@@ -177,7 +206,7 @@ EXAMPLES = r"""
     nvlink: "{{ ansible_facts.nvidia.nvlink }}"
     driver_library_mismatch: "{{ ansible_facts.nvidia.driver_library_mismatch | default(false) }}"
     image:
-      cuda_version: "12.4.1"
+      cuda_version: "12.4.0"
       arch_list: "7.0 7.5 8.0 8.6 8.9 9.0+PTX"
       vllm_version: "0.8.5"
     model:
@@ -349,17 +378,64 @@ policy_version:
   returned: success
   type: str
   sample: "1.0.0"
+steps:
+  description:
+    - What the rollout will do on the host, per step C(driver), C(runtime), C(image), C(model), C(server).
+    - "Each has C(action) and C(why). Actions: driver V(keep), V(install), V(replace) (C(current) ->
+      C(target)) or V(refuse); runtime V(keep) or V(install); image V(keep) or V(pull) (C(ref), C(digest),
+      C(judged_from)); model V(keep) or V(stage) (C(path)); server V(deploy) (C(instances)). On a refused host
+      every step is V(refuse) (C(reasons): the codes that block it) or V(skip), with C(planned_action)."
+  returned: success
+  type: dict
+  sample:
+    driver: {action: replace, current: "590.44.01", target: "580", branch: 580, managed: true,
+             why: "driver 590.44.01 is replaced by R580 (request.driver.allow_change is true)"}
+    image: {action: pull, ref: "vllm/vllm-openai:v0.8.5", judged_from: "the shipped profile of vllm/vllm-openai:v0.8.5"}
+instances:
+  description:
+    - One entry per instance of the request (one instance C(vllm) on all GPUs without O(request)), with the
+      request's own keys (C(name), C(port), ...) and C(allowed), C(reasons), C(warnings), C(gpu_indices),
+      C(gpu_count), C(vllm_args) (effective, C(enforce_eager) included), C(enforce_eager),
+      C(enforce_eager_why), C(argv) (the vLLM arguments the unit runs), C(served_model_name),
+      C(memory_plan) (as RV(plan)).
+  returned: success
+  type: list
+  elements: dict
+serving_path:
+  description: How the model is served when allowed (V(native)); null when refused.
+  returned: success
+  type: str
+  sample: native
+target:
+  description: The state the plan leaves on the host (C(driver_version), C(driver_branch), C(image),
+    C(image_digest), C(model_path)).
+  returned: success
+  type: dict
+deployment:
+  description: The request's image, image_digest, model_path, served_model_name and instance_names.
+  returned: success
+  type: dict
+summary:
+  description: One line saying what the rollout will do on the host.
+  returned: success
+  type: str
+plan_format:
+  description: Version of the plan's layout (1).
+  returned: success
+  type: int
 verdict:
   description:
     - All of the above in one dict (C(allowed), C(reasons), C(warnings), C(effective_vllm), C(plan),
-      C(driver_requirements), C(policy_version)); store it as the host's verdict fact.
+      C(driver_requirements), C(policy_version), C(steps), C(instances), C(serving_path), C(target),
+      C(deployment), C(summary), C(plan_format)); store it as the host's verdict fact.
   returned: success
   type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError, evaluate
+from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError
+from ansible_collections.labfleet.vllm.plugins.module_utils._plan import plan
 
 
 def main():
@@ -374,12 +450,14 @@ def main():
             model=dict(type="dict", default={}),
             vllm=dict(type="dict", default={}),
             policy=dict(type="dict", default={}),
+            request=dict(type="dict"),
+            host=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
     params = module.params
     try:
-        verdict = evaluate(
+        verdict = plan(
             gpus=params["gpus"],
             driver_version=params["driver_version"],
             image=params["image"],
@@ -389,6 +467,8 @@ def main():
             nvlink=params["nvlink"],
             driver_library_mismatch=params["driver_library_mismatch"],
             cuda_driver_version=params["cuda_driver_version"],
+            request=params["request"],
+            host=params["host"],
         )
     except GateInputError as exc:
         module.fail_json(msg="deploy_gate: invalid input: %s" % exc)
@@ -402,6 +482,13 @@ def main():
         plan=verdict["plan"],
         driver_requirements=verdict["driver_requirements"],
         policy_version=verdict["policy_version"],
+        steps=verdict["steps"],
+        instances=verdict["instances"],
+        serving_path=verdict["serving_path"],
+        target=verdict["target"],
+        deployment=verdict["deployment"],
+        summary=verdict["summary"],
+        plan_format=verdict["plan_format"],
         verdict=verdict,
     )
 

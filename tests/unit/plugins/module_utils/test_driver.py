@@ -101,7 +101,7 @@ def test_parse_branch(value, expected):
 
 @pytest.mark.parametrize("value", ["", "latest", "55", "5500", True, None, "550-server", "R"])
 def test_parse_branch_rejects(value):
-    with pytest.raises(D.DriverInputError, match="nvidia_driver_branch"):
+    with pytest.raises(D.DriverInputError, match="preflight_deployment.driver.branch"):
         D.parse_branch(value)
 
 
@@ -114,7 +114,7 @@ def test_parse_exact_version(value, expected):
 
 @pytest.mark.parametrize("value", ["550", "550.163.01-2", "R550.54.14", "550.x"])
 def test_parse_exact_version_rejects(value):
-    with pytest.raises(D.DriverInputError, match="nvidia_driver_version"):
+    with pytest.raises(D.DriverInputError, match="preflight_deployment.driver.version"):
         D.parse_exact_version(value)
 
 
@@ -421,7 +421,7 @@ def test_decide_action_install_and_keep():
 def test_decide_action_changes_only_when_allowed(installed, branch, version, what):
     refused = D.decide_action(installed, branch, version, allow_change=False)
     assert refused["action"] == "refuse"
-    assert what in refused["msg"] and "nvidia_driver_allow_change" in refused["msg"]
+    assert what in refused["msg"] and "preflight_deployment.driver.allow_change" in refused["msg"]
     allowed = D.decide_action(installed, branch, version, allow_change=True)
     assert allowed["action"] == "change" and what in allowed["msg"]
 
@@ -662,10 +662,13 @@ def test_module_answers_through_run(capsys):
 
 def test_role_defaults_give_a_plan_on_every_supported_distribution():
     values = defaults()
+    # The branch and version come from the request (the preflight role's default preflight_deployment).
+    with open(os.path.join(ROLE, "..", "preflight", "defaults", "main.yml")) as handle:
+        driver = yaml.safe_load(handle)["preflight_deployment"]["driver"]
     for dist, major, version in (("Debian", "12", "12.11"), ("Debian", "13", "13.1"), ("Ubuntu", "22", "22.04"),
                                  ("Ubuntu", "24", "24.04")):
         plan = D.run(_request(distribution=dist, distribution_major_version=major, distribution_version=version,
-                              branch=values["nvidia_driver_branch"], version=values["nvidia_driver_version"],
+                              branch=driver["branch"], version=driver["version"],
                               source=values["nvidia_driver_source"], kernel_module=values["nvidia_driver_kernel_module"],
                               cuda_repo_base_url=values["nvidia_driver_cuda_repo_base_url"]))
         assert "error" not in plan, (dist, major, plan)

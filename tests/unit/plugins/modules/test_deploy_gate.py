@@ -155,7 +155,8 @@ def test_documentation_parses_and_matches_argument_spec():
     assert doc["module"] == "deploy_gate"
     assert str(doc["version_added"]) == "0.1.0"
     assert set(doc["options"]) == {"gpus", "driver_version", "cuda_driver_version", "nvlink",
-                                   "driver_library_mismatch", "image", "model", "vllm", "policy"}
+                                   "driver_library_mismatch", "image", "model", "vllm", "policy", "request",
+                                   "host"}
     yaml.safe_load(deploy_gate.EXAMPLES)
     returned = yaml.safe_load(deploy_gate.RETURN)
     assert {"allowed", "reasons", "gate_warnings", "effective_vllm", "plan", "verdict"} <= set(returned)

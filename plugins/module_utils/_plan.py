@@ -1,0 +1,588 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the labfleet.vllm collection: this file is not a public API, its names and
+# structure may change in any release. Use the labfleet.vllm.deploy_gate module instead.
+#
+# The deployment plan: the gate judging the TARGET state of a host. From the request (the one
+# variable tree in the inventory: image, model, vLLM arguments, instances, driver) and what the
+# probes found, plan() works out what the rollout will leave on the host (the driver the
+# nvidia_driver role installs or keeps, the image that will be pulled, every instance's
+# arguments), asks _gate.evaluate() about that state once per instance, and returns one verdict
+# that is also a plan: per step (driver, runtime, image, model, server) what will happen and why,
+# and per instance the effective vLLM arguments (enforce_eager included) and the argv the unit
+# runs. Roles carry the plan out; they decide nothing of their own. Pure: no I/O, no Ansible.
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+import re
+
+from ansible_collections.labfleet.vllm.plugins.module_utils._gate import (
+    GateInputError,
+    _short,
+    _to_bool,
+    _to_mapping,
+    _to_str,
+    evaluate,
+)
+from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
+    arch_for_cc,
+    merge_policy,
+    parse_cc,
+    parse_driver_version,
+    PolicyError,
+)
+
+PLAN_FORMAT = 1
+
+# Codes this module adds to the gate's (never renamed).
+PLAN_REASON_CODES = {
+    "DRIVER_CHANGE_NOT_ALLOWED": "The request asks for another driver than the installed one and does not allow "
+                                 "the nvidia_driver role to replace it.",
+    "INSTANCE_GPUS_UNAVAILABLE": "An instance asks for GPUs the host does not have.",
+}
+PLAN_WARNING_CODES = {
+    "DRIVER_NOT_MANAGED": "The driver is not managed by the rollout; the gate judged the installed one.",
+}
+
+# Which step a reason code blocks (the others are reported as not run).
+STEP_OF_CODE = {
+    "DRIVER_LIBRARY_MISMATCH": "driver",
+    "DRIVER_BRANCH_UNSUPPORTED_FOR_ARCH": "driver",
+    "DRIVER_BRANCH_NOT_ALLOWED": "driver",
+    "DRIVER_CHANGE_NOT_ALLOWED": "driver",
+    "DRIVER_TOO_OLD_FOR_IMAGE": "image",
+    "IMAGE_LACKS_ARCH": "image",
+    "PTX_NEWER_THAN_DRIVER": "image",
+    "QUANTIZATION_UNKNOWN_TO_IMAGE": "image",
+    "COMPUTE_CAPABILITY_TOO_LOW": "image",
+}
+STEPS = ("driver", "runtime", "image", "model", "server")
+
+# vLLM arguments the unit sets itself from other request fields: never in vllm_args.
+RESERVED_ARGS = {
+    "model": "the model is mounted at /model from request.model_path",
+    "served_model_name": "set served_model_name on the request or on the instance",
+    "port": "set port on the instance",
+    "host": "the container listens on all its addresses; set bind_address on the instance",
+    "api_key": "a secret never goes on a command line: use the server role's API key variable (env file)",
+}
+# The order the unit lists the common flags in; other keys follow alphabetically.
+FLAG_ORDER = ("tensor_parallel_size", "pipeline_parallel_size", "dtype", "quantization", "kv_cache_dtype",
+              "gpu_memory_utilization", "max_model_len", "max_num_seqs", "cpu_offload_gb")
+_ARG_KEY_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_INSTANCE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_DEFAULT_INSTANCE = {"name": "vllm", "gpus": "all"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The request
+# ---------------------------------------------------------------------------------------------
+
+
+def _enforce_eager_value(value, where):
+    if value is None:
+        return "auto"
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    result = _to_bool(value, where)
+    return "auto" if result is None else result
+
+
+def _str_list(value, where):
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        raise GateInputError("%s: expected a list of strings, got %s" % (where, type(value).__name__))
+    out = []
+    for index, item in enumerate(value):
+        text = _to_str(item, "%s[%d]" % (where, index))
+        if text is None or "\n" in text or "\r" in text:
+            raise GateInputError("%s[%d]: expected a one-line string, got %s" % (where, index, _short(item)))
+        out.append(text)
+    return out
+
+
+def _gpu_selection(value, where):
+    """'all', or a sorted list of GPU indices from an int, a list or a '0,1' string."""
+    if value is None:
+        return "all"
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text.startswith("device="):
+            text = text[len("device="):]
+        if text in ("all", ""):
+            return "all"
+        parts = [p for p in re.split(r"[\s,]+", text) if p]
+        if not parts or not all(p.isdigit() and len(p) <= 4 for p in parts):
+            raise GateInputError("%s: expected 'all', a GPU index or a list of indices like [0, 1], got %s"
+                                 % (where, _short(value)))
+        return sorted(set(int(p) for p in parts))
+    if isinstance(value, bool):
+        raise GateInputError("%s: expected 'all' or GPU indices, got %s" % (where, _short(value)))
+    if isinstance(value, int):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise GateInputError("%s: expected 'all' or a non-empty list of GPU indices, got %s" % (where, _short(value)))
+    out = []
+    for index, item in enumerate(value):
+        if isinstance(item, bool) or not (isinstance(item, int) or (isinstance(item, str) and item.strip().isdigit())):
+            raise GateInputError("%s[%d]: expected a GPU index (integer >= 0), got %s" % (where, index, _short(item)))
+        number = int(item)
+        if number < 0 or number > 4095:
+            raise GateInputError("%s[%d]: expected a GPU index between 0 and 4095, got %d" % (where, index, number))
+        out.append(number)
+    return sorted(set(out))
+
+
+def _check_args(args, where, strict=True):
+    """vLLM arguments: string keys like max_model_len, one-line scalar values; no reserved key.
+    Not ``strict`` (deploy_gate's older ``vllm`` option): any keys, passed through as documented."""
+    args = _to_mapping(args, where, "vLLM argument names with underscores, e.g. max_model_len")
+    for key, value in args.items() if strict else ():
+        if not _ARG_KEY_RE.match(key):
+            raise GateInputError("%s: argument names are lower case with underscores (max_model_len), got %s"
+                                 % (where, _short(key)))
+        if key in RESERVED_ARGS:
+            raise GateInputError("%s.%s: not a vLLM argument to set here: %s" % (where, key, RESERVED_ARGS[key]))
+        if isinstance(value, (dict, list, tuple)):
+            raise GateInputError("%s.%s: expected a scalar value (string, number or bool), got %s; pass "
+                                 "structured values as extra_args" % (where, key, type(value).__name__))
+        if isinstance(value, str) and ("\n" in value or "\r" in value or "\x00" in value):
+            raise GateInputError("%s.%s: expected a one-line value, got %s" % (where, key, _short(value)))
+    return dict(args)
+
+
+def normalize_request(request, vllm=None):
+    """The request as the gate plans it, with every key filled in; raises GateInputError.
+
+    ``vllm`` (deploy_gate's older option) is the base of the vLLM arguments; the request's own
+    ``vllm_args`` are merged over it.
+    """
+    request = _to_mapping(request, "request", "image, image_digest, model_path, served_model_name, vllm_args, "
+                                              "enforce_eager, extra_args, instances, driver")
+    out = {}
+    for key in ("image", "image_digest", "model_path", "served_model_name"):
+        text = _to_str(request.get(key), "request.%s" % key, allow_numbers=False)
+        if text is not None and ("\n" in text or "\r" in text):
+            raise GateInputError("request.%s: expected a one-line string, got %s" % (key, _short(text)))
+        out[key] = text.strip() if text and text.strip() else None
+    if out["image_digest"] and not re.match(r"^sha256:[0-9a-f]{64}$", out["image_digest"]):
+        raise GateInputError("request.image_digest: expected sha256:<64 lower-case hex digits>, got %s"
+                             % _short(out["image_digest"]))
+    base = _check_args(vllm, "vllm", strict=False)
+    base.update(_check_args(request.get("vllm_args"), "request.vllm_args"))
+    out["enforce_eager"] = _enforce_eager_value(base.pop("enforce_eager", request.get("enforce_eager")),
+                                                "request.enforce_eager")
+    out["vllm_args"] = base
+    out["extra_args"] = _str_list(request.get("extra_args"), "request.extra_args")
+
+    driver = _to_mapping(request.get("driver"), "request.driver", "manage, branch, version, allow_change")
+    manage = _to_bool(driver.get("manage"), "request.driver.manage")
+    branch_text = _to_str(driver.get("branch"), "request.driver.branch")
+    branch = None
+    if branch_text not in (None, ""):
+        parsed = parse_driver_version(branch_text)
+        if parsed is None or len(parsed) != 1:
+            raise GateInputError("request.driver.branch: expected a driver branch like '550' or 'R580', got %s"
+                                 % _short(driver.get("branch")))
+        branch = parsed[0]
+    version_text = _to_str(driver.get("version"), "request.driver.version")
+    version = None
+    if version_text not in (None, ""):
+        parsed = parse_driver_version(version_text)
+        if parsed is None or len(parsed) < 2:
+            raise GateInputError("request.driver.version: expected an exact driver version like '550.163.01', got %s"
+                                 % _short(driver.get("version")))
+        if branch is not None and parsed[0] != branch:
+            raise GateInputError("request.driver.version %s is not on request.driver.branch R%d: make them agree "
+                                 "or leave one empty" % (version_text.strip(), branch))
+        version = version_text.strip().lstrip("rR")
+        branch = parsed[0]
+    out["driver"] = {
+        "manage": True if manage is None else manage,
+        "branch": branch,
+        "version": version,
+        "allow_change": bool(_to_bool(driver.get("allow_change"), "request.driver.allow_change")),
+    }
+
+    instances = request.get("instances")
+    if instances is None:
+        instances = [dict(_DEFAULT_INSTANCE)]
+    if not isinstance(instances, (list, tuple)) or not instances:
+        raise GateInputError("request.instances: expected a non-empty list of instances ({name, port, gpus, "
+                             "vllm_args, ...}), got %s" % _short(instances))
+    names = set()
+    normalized = []
+    for index, item in enumerate(instances):
+        where = "request.instances[%d]" % index
+        item = _to_mapping(item, where, "name, port, gpus, vllm_args, extra_args, ...")
+        name = _to_str(item.get("name"), where + ".name", allow_numbers=False)
+        if not name or not _INSTANCE_NAME_RE.match(name):
+            raise GateInputError("%s.name: expected a unit/container name (letters, digits, . _ -), got %s"
+                                 % (where, _short(item.get("name"))))
+        if name in names:
+            raise GateInputError("%s.name: %s is used twice; instance names must be unique" % (where, name))
+        names.add(name)
+        entry = dict(item)
+        entry["name"] = name
+        entry["gpus"] = _gpu_selection(item.get("gpus"), where + ".gpus")
+        own = _check_args(item.get("vllm_args"), where + ".vllm_args")
+        eager = own.pop("enforce_eager", item.get("enforce_eager", out["enforce_eager"]))
+        entry["enforce_eager"] = _enforce_eager_value(eager, where + ".enforce_eager")
+        entry["own_vllm_args"] = own
+        entry["extra_args"] = out["extra_args"] + _str_list(item.get("extra_args"), where + ".extra_args")
+        entry.pop("vllm_args", None)
+        normalized.append(entry)
+    out["instances"] = normalized
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver step
+# ---------------------------------------------------------------------------------------------
+
+
+def plan_driver(current, want, recommended_branch=None, has_gpus=True):
+    """What the nvidia_driver role will do, and the driver the host will have after it.
+
+    ``current``: the installed driver version text or None; ``want``: the request's driver
+    (normalized). Returns a step dict: action (keep | install | replace | refuse), current,
+    target (the version or branch the gate judges), branch, version, managed, why.
+    """
+    parsed = parse_driver_version(current) if current else None
+    current_text = current.strip().lstrip("rR") if parsed else None
+    step = {"managed": want["manage"], "current": current_text, "branch": None, "version": None}
+    if not has_gpus:
+        step.update(action="keep", target=current_text, managed=False,
+                    why="no NVIDIA GPU on the host: there is no driver to install")
+        return step
+    if not want["manage"]:
+        step.update(action="keep", target=current_text, branch=parsed[0] if parsed else None,
+                    version=current_text,
+                    why="the driver is not managed by this rollout (request.driver.manage is false): the "
+                        "installed one stays and is what the gate judges")
+        return step
+    branch = want["branch"] or recommended_branch
+    version = want["version"]
+    if branch is None:
+        step.update(action="keep", target=current_text, branch=parsed[0] if parsed else None,
+                    version=current_text,
+                    why="no driver branch requested and none recommended for these GPUs: nothing to install")
+        return step
+    wanted = version or str(branch)
+    label = version or "R%d" % branch
+    if not want["branch"] and not version:
+        label += " (the newest supported branch for these GPUs)"
+    step.update(branch=branch, version=version)
+    if parsed is None:
+        step.update(action="install", target=wanted, why="no driver answers on the host: the role installs %s" % label)
+    elif parsed[0] == branch and (version is None or parse_driver_version(version) == parsed):
+        step.update(action="keep", target=current_text,
+                    why="driver %s is already on the requested branch R%d" % (current_text, branch))
+    elif want["allow_change"]:
+        step.update(action="replace", target=wanted,
+                    why="driver %s is replaced by %s (request.driver.allow_change is true)" % (current_text, label))
+    else:
+        # Judged as requested, so that what is wrong with the request shows up beside this reason.
+        step.update(action="refuse", target=wanted,
+                    why="driver %s is installed but the request asks for %s, and request.driver.allow_change is "
+                        "false: set it to true to let the nvidia_driver role replace the driver (nothing was "
+                        "changed)" % (current_text, label))
+    return step
+
+
+# ---------------------------------------------------------------------------------------------
+# Instances
+# ---------------------------------------------------------------------------------------------
+
+
+def _indices(gpus):
+    """Each GPU's index (its ``index`` key, else its position)."""
+    out = []
+    for position, gpu in enumerate(gpus):
+        index = gpu.get("index") if isinstance(gpu, dict) else None
+        if isinstance(index, str) and index.strip().isdigit():
+            index = int(index)
+        out.append(index if isinstance(index, int) and not isinstance(index, bool) else position)
+    return out
+
+
+def _select_gpus(gpus, selection):
+    """(the instance's GPUs, missing indices)."""
+    if selection == "all":
+        return list(gpus), []
+    by_index = dict(zip(_indices(gpus), gpus))
+    chosen = [by_index[i] for i in selection if i in by_index]
+    missing = [i for i in selection if i not in by_index]
+    return chosen, missing
+
+
+def _flag(key):
+    return "--" + key.replace("_", "-")
+
+
+def vllm_argv(args, enforce_eager, extra_args):
+    """The vLLM command-line arguments for effective ``args`` (every key; None and False are left
+    out, True is a bare flag), then --enforce-eager when on, then extra_args as they are."""
+    keys = [k for k in FLAG_ORDER if k in args] + sorted(k for k in args if k not in FLAG_ORDER)
+    argv = []
+    for key in keys:
+        value = args[key]
+        if value is None or value is False or (isinstance(value, str) and value.strip() == ""):
+            continue
+        if value is True:
+            argv.append(_flag(key))
+            continue
+        argv.extend([_flag(key), repr(value) if isinstance(value, float) else str(value)])
+    if enforce_eager is True:
+        argv.append("--enforce-eager")
+    argv.extend(extra_args)
+    return argv
+
+
+def _resolve_enforce_eager(setting, policy, gpus):
+    """(on, why) for an instance: the request's true/false, or per architecture from the policy."""
+    if setting is not True and setting is not False:
+        keys = []
+        for gpu in gpus:
+            cc = parse_cc(gpu.get("compute_capability")) if isinstance(gpu, dict) else None
+            key = arch_for_cc(policy, cc) if cc else None
+            if key and key not in keys:
+                keys.append(key)
+        eager = [k for k in keys if policy["architectures"][k].get("enforce_eager")]
+        if eager:
+            labels = ", ".join(policy["architectures"][k].get("label", k) for k in eager)
+            return True, "auto: on for %s (%s)" % (labels, policy["architectures"][eager[0]].get(
+                "enforce_eager_why", "the policy's architecture table"))
+        return False, "auto: CUDA graphs stay on for these GPUs"
+    return setting, "set by the request"
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan
+# ---------------------------------------------------------------------------------------------
+
+
+def _prefix(items, name, many):
+    if not many:
+        return [dict(i) for i in items]
+    return [{"code": i["code"], "message": "instance %s: %s" % (name, i["message"])} for i in items]
+
+
+def _add_unique(target, items):
+    seen = set((i["code"], i["message"]) for i in target)
+    for item in items:
+        key = (item["code"], item["message"])
+        if key not in seen:
+            seen.add(key)
+            target.append(item)
+
+
+def _version_of(value):
+    if value in (None, ""):
+        return None
+    return value
+
+
+def plan(gpus=None, driver_version=None, image=None, model=None, vllm=None, policy_overrides=None,
+         nvlink=None, driver_library_mismatch=False, cuda_driver_version=None, request=None, host=None,
+         today=None):
+    """The verdict as a plan of the target state. Returns evaluate()'s keys (allowed, reasons,
+    warnings, effective_vllm, plan, driver_requirements, policy_version) for the first instance
+    and the whole host, plus steps, instances, serving_path, target, deployment and summary.
+    Raises GateInputError, and only that, on malformed input."""
+    try:
+        return _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink,
+                     driver_library_mismatch, cuda_driver_version, request, host, today)
+    except GateInputError:
+        raise
+    except PolicyError as exc:
+        raise GateInputError(str(exc))
+
+
+def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, driver_library_mismatch,
+          cuda_driver_version, request, host, today):
+    if today is None:
+        today = datetime.date.today()
+    # Without a request (deploy_gate's older callers) the installed driver is judged as it is.
+    legacy = request is None
+    req = normalize_request({"driver": {"manage": False}} if legacy else request, vllm)
+    host = _to_mapping(host, "host", "docker_server_version, nvidia_ctk_version, ...")
+    image = _to_mapping(image, "image", "cuda_version, require_cuda, arch_list, quantization_methods, vllm_version")
+    model = _to_mapping(model, "model", "weight_bytes, num_hidden_layers, ...")
+    gpus = gpus if gpus is not None else []
+    if not isinstance(gpus, (list, tuple)):
+        raise GateInputError("gpus: expected a list of mappings with name, compute_capability and "
+                             "memory_total_mib, got %s" % type(gpus).__name__)
+    try:
+        policy = merge_policy(policy_overrides)
+    except PolicyError as exc:
+        raise GateInputError(str(exc))
+    common = dict(image=image, model=model, policy_overrides=policy_overrides, nvlink=nvlink, today=today)
+
+    # The driver the host will have: what the nvidia_driver role installs, keeps or replaces.
+    current = _to_str(driver_version, "driver_version")
+    probe = evaluate(gpus=gpus, driver_version=current, cuda_driver_version=cuda_driver_version,
+                     driver_library_mismatch=driver_library_mismatch, vllm=req["vllm_args"], **common)
+    requirements = probe["driver_requirements"]
+    driver_step = plan_driver(current, req["driver"], requirements.get("recommended_branch"), has_gpus=bool(gpus))
+    keep = driver_step["action"] == "keep"
+    target_driver = driver_step["target"]
+    target = dict(driver_version=target_driver,
+                  cuda_driver_version=cuda_driver_version if keep else None,
+                  driver_library_mismatch=driver_library_mismatch if keep else False)
+
+    reasons, warnings, instances = [], [], []
+    if driver_step["action"] == "refuse":
+        reasons.append({"code": "DRIVER_CHANGE_NOT_ALLOWED", "message": driver_step["why"]})
+    if not req["driver"]["manage"] and gpus and not legacy:
+        warnings.append({"code": "DRIVER_NOT_MANAGED", "message": driver_step["why"]})
+    many = len(req["instances"]) > 1
+    first = None
+    for inst in req["instances"]:
+        chosen, missing = _select_gpus(gpus, inst["gpus"])
+        args = dict(req["vllm_args"])
+        args.update(inst["own_vllm_args"])
+        verdict = evaluate(gpus=chosen, vllm=args, **dict(common, **target))
+        inst_reasons = list(verdict["reasons"])
+        if missing:
+            # The host has GPUs, only not the ones named: that is the reason, not NO_GPU.
+            inst_reasons = [r for r in inst_reasons if r["code"] != "NO_GPU" or not gpus]
+            have = ", ".join(str(i) for i in _indices(gpus)) or "none"
+            inst_reasons.insert(0, {
+                "code": "INSTANCE_GPUS_UNAVAILABLE",
+                "message": "GPU index %s is not on this host (its GPU indices: %s): set this instance's gpus "
+                           "to indices that exist, or 'all'" % (", ".join(str(m) for m in missing), have)})
+        eager, eager_why = _resolve_enforce_eager(inst["enforce_eager"], policy, chosen)
+        effective = dict(verdict["effective_vllm"])
+        entry = dict((k, v) for k, v in inst.items() if k not in ("own_vllm_args", "enforce_eager"))
+        entry.update(
+            allowed=not inst_reasons,
+            gpu_indices=_indices(chosen),
+            gpu_count=len(chosen),
+            vllm_args=dict(effective, enforce_eager=eager),
+            enforce_eager=eager,
+            enforce_eager_why=eager_why,
+            argv=vllm_argv(effective, eager, inst["extra_args"]),
+            served_model_name=inst.get("served_model_name") or req["served_model_name"],
+            memory_plan=verdict["plan"],
+            reasons=inst_reasons,
+            warnings=verdict["warnings"],
+        )
+        instances.append(entry)
+        _add_unique(reasons, _prefix(inst_reasons, inst["name"], many))
+        _add_unique(warnings, _prefix(verdict["warnings"], inst["name"], many))
+        if first is None:
+            first = verdict
+    allowed = not reasons
+
+    steps = _steps(req, driver_step, image, model, host, instances, reasons, allowed)
+    deployment = dict((k, req[k]) for k in ("image", "image_digest", "model_path", "served_model_name"))
+    deployment["instance_names"] = [i["name"] for i in instances]
+    out = {
+        "allowed": allowed,
+        "reasons": reasons,
+        "warnings": warnings,
+        "effective_vllm": first["effective_vllm"],
+        "plan": first["plan"],
+        "driver_requirements": requirements,
+        "policy_version": first["policy_version"],
+        "plan_format": PLAN_FORMAT,
+        "steps": steps,
+        "instances": instances,
+        "serving_path": "native" if allowed else None,
+        "target": {
+            "driver_version": target_driver,
+            "driver_branch": driver_step["branch"],
+            "image": req["image"],
+            "image_digest": req["image_digest"],
+            "model_path": req["model_path"],
+        },
+        "deployment": deployment,
+    }
+    out["summary"] = summary(out)
+    return out
+
+
+def _blocked(step, reasons, allowed):
+    if allowed:
+        return None
+    codes = [r["code"] for r in reasons if STEP_OF_CODE.get(r["code"], "server") == step]
+    return codes
+
+
+def _steps(req, driver_step, image, model, host, instances, reasons, allowed):
+    steps = {}
+    driver = dict(driver_step)
+    steps["driver"] = driver
+
+    docker = _version_of(host.get("docker_server_version")) or _version_of(host.get("docker_client_version"))
+    toolkit = _version_of(host.get("nvidia_ctk_version")) or _version_of(host.get("nvidia_container_cli_version"))
+    if docker and toolkit:
+        steps["runtime"] = {"action": "keep", "current": {"docker": docker, "toolkit": toolkit},
+                            "why": "Docker %s and the NVIDIA Container Toolkit %s are installed: the "
+                                   "container_runtime role keeps them and merges daemon.json" % (docker, toolkit)}
+    else:
+        missing = [n for n, v in (("Docker", docker), ("the NVIDIA Container Toolkit", toolkit)) if not v]
+        steps["runtime"] = {"action": "install", "current": {"docker": docker, "toolkit": toolkit},
+                            "why": "the container_runtime role installs %s" % " and ".join(missing)}
+
+    state = image.get("state")
+    ref = req["image"] or image.get("reference")
+    judged = "the image on the host" if state == "present" else (
+        "the shipped profile of %s" % ref if image.get("profile_matched") else "nothing known about the image yet")
+    if state == "present":
+        steps["image"] = {"action": "keep", "ref": ref, "digest": req["image_digest"] or image.get("digest"),
+                          "judged_from": judged, "why": "%s is on the host" % ref}
+    else:
+        steps["image"] = {"action": "pull", "ref": ref, "digest": req["image_digest"], "judged_from": judged,
+                          "why": "%s is not on the host yet: the vllm_server role pulls or loads it%s, then the "
+                                 "gate checks it again" % (ref, " (pinned %s)" % req["image_digest"]
+                                                           if req["image_digest"] else "")}
+
+    present = bool(model)
+    steps["model"] = {"action": "keep" if present else "stage", "path": req["model_path"],
+                      "why": ("the model at %s was read (%s)" % (req["model_path"], ", ".join(sorted(model))[:120])
+                              if present else "no model at %s yet: the vllm_server role stages it (or it must be "
+                                              "there before the server starts), then the gate checks it again"
+                              % req["model_path"])}
+
+    steps["server"] = {"action": "deploy", "instances": [i["name"] for i in instances],
+                       "why": "the vllm_server role writes one unit per instance with the argv of this plan, "
+                              "restarts it when it changed, and smoke-tests it"}
+    for name in STEPS:
+        codes = _blocked(name, reasons, allowed)
+        if codes is None:
+            continue
+        steps[name]["planned_action"] = steps[name]["action"]
+        steps[name]["action"] = "refuse" if codes else "skip"
+        steps[name]["reasons"] = codes
+    return steps
+
+
+def summary(verdict):
+    """One line: what the rollout will do on this host."""
+    steps = verdict["steps"]
+    if not verdict["allowed"]:
+        return "refused (%s): nothing changes" % ", ".join(r["code"] for r in verdict["reasons"])
+    driver = steps["driver"]
+    target = driver["target"] if driver["version"] else "R%s" % driver["branch"]
+    parts = []
+    if driver["action"] == "install":
+        parts.append("install driver %s" % target)
+    elif driver["action"] == "replace":
+        parts.append("replace driver %s with %s" % (driver["current"], target))
+    elif driver["current"]:
+        parts.append("keep driver %s" % driver["current"])
+    parts.append("%s Docker + toolkit" % steps["runtime"]["action"])
+    parts.append("%s %s" % (steps["image"]["action"], steps["image"]["ref"] or "the image"))
+    parts.append("%s model %s" % (steps["model"]["action"], steps["model"]["path"] or "?"))
+    parts.append("deploy %s" % ", ".join(
+        "%s (%s)" % (i["name"], " ".join(i["argv"])) for i in verdict["instances"]))
+    return "; ".join(parts)
