@@ -102,8 +102,8 @@ VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 
 # Hints appended to QUANTIZATION_UNSUPPORTED_ON_ARCH for methods with a known way out.
 _QUANT_HINTS = {
-    "modelopt_fp4": "or dequantize the NVFP4 checkpoint to float16 (labfleet.vllm.nvfp4_dequantize) "
-                    "and serve it without quantization (about 4x the weight memory)",
+    "modelopt_fp4": "or dequantize the NVFP4 checkpoint to a float16 checkpoint and serve that without "
+                    "quantization (about 4x the weight memory; this collection has no converter yet)",
 }
 
 _MAX_INT = 2 ** 62
@@ -1047,7 +1047,7 @@ class _Evaluation:
         if methods is not None and not _quant_in_image(self.policy, key, entry, methods):
             hint = ""
             if key == "modelopt_fp4":
-                hint = ", or dequantize to float16 (labfleet.vllm.nvfp4_dequantize) and drop quantization"
+                hint = ", or dequantize the checkpoint to float16 and drop quantization"
             self.reason("QUANTIZATION_UNKNOWN_TO_IMAGE",
                         "%s does not know quantization method %s ('Unknown quantization method'); it knows: %s: "
                         "use an image whose vLLM has it%s"
