@@ -234,7 +234,7 @@ ansible_facts:
               returned: always
               sample: "7.0"
             architecture:
-              description: Architecture name (Pascal, Volta, Turing, Ampere, Ada, Hopper, Blackwell, ...).
+              description: Architecture name (Pascal, Volta, Turing, Ampere, Ada Lovelace, Hopper, Blackwell, ...).
               type: str
               returned: always
               sample: Volta

@@ -265,6 +265,8 @@ def probe_fake(tmp_path, scenario):
 FAKE_EXPECT = {
     "v100x2_pcie": dict(state="ok", present=True, count=2, nvlink=False, driver_version="550.54.14",
                         cuda_driver_version="12.4"),
+    "r590_v100": dict(state="ok", present=True, count=2, nvlink=False, driver_version="590.44.01",
+                      cuda_driver_version="13.1"),
     "p100": dict(state="ok", present=True, count=1, driver_version="535.183.01", cuda_driver_version="12.2"),
     "r470_v100": dict(state="ok", present=True, count=2, driver_version="470.182.03", cuda_driver_version="11.4"),
     "no_gpu": dict(state="no_gpu", present=False, count=0, backend="nvidia_smi"),
