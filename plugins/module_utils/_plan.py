@@ -404,6 +404,10 @@ def plan(gpus=None, driver_version=None, image=None, model=None, vllm=None, poli
         raise
     except PolicyError as exc:
         raise GateInputError(str(exc))
+    except Exception as exc:  # pylint: disable=broad-except
+        # Defensive net, as in _gate.evaluate(): validation is meant to make this unreachable.
+        raise GateInputError("could not plan with these inputs (%s: %s); check the types of gpus, image, model, "
+                             "vllm and request" % (type(exc).__name__, exc))
 
 
 def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, driver_library_mismatch,
