@@ -538,6 +538,20 @@ def _driver_requirements(policy, arch_keys, today):
 # ---------------------------------------------------------------------------------------------
 
 
+def input_errors_only(func, *args, **kwargs):
+    """Call ``func`` and let only GateInputError out: a PolicyError becomes one, and so does any
+    other exception (a defensive net: validation is meant to make it unreachable)."""
+    try:
+        return func(*args, **kwargs)
+    except GateInputError:
+        raise
+    except PolicyError as exc:
+        raise GateInputError(str(exc))
+    except Exception as exc:  # pylint: disable=broad-except
+        raise GateInputError("could not evaluate the inputs (%s: %s); check the types of gpus, image, "
+                             "model, vllm and request" % (type(exc).__name__, exc))
+
+
 def evaluate(gpus=None, driver_version=None, image=None, model=None, vllm=None, policy_overrides=None,
              nvlink=None, driver_library_mismatch=False, cuda_driver_version=None, today=None):
     """Decide whether the requested vLLM deployment can work on a host.
@@ -546,24 +560,21 @@ def evaluate(gpus=None, driver_version=None, image=None, model=None, vllm=None, 
     policy_version}; ``reasons`` and ``warnings`` are lists of {code, message}.
     Raises GateInputError, and only that, on malformed input.
     """
-    try:
-        inputs = validate_inputs(gpus=gpus, driver_version=driver_version, image=image, model=model,
-                                 vllm=vllm, policy_overrides=policy_overrides, nvlink=nvlink,
-                                 driver_library_mismatch=driver_library_mismatch,
-                                 cuda_driver_version=cuda_driver_version)
-        if today is None:
-            today = datetime.date.today()
-        elif not isinstance(today, datetime.date):
-            raise GateInputError("today: expected a datetime.date, got %s" % _tname(today))
-        return _Evaluation(inputs, today).run()
-    except GateInputError:
-        raise
-    except PolicyError as exc:
-        raise GateInputError(str(exc))
-    except Exception as exc:  # pylint: disable=broad-except
-        # Defensive net: validation is meant to make this unreachable.
-        raise GateInputError("could not evaluate the inputs (%s: %s); check the types of gpus, image, "
-                             "model and vllm" % (type(exc).__name__, exc))
+    return input_errors_only(_evaluate, gpus, driver_version, image, model, vllm, policy_overrides, nvlink,
+                             driver_library_mismatch, cuda_driver_version, today)
+
+
+def _evaluate(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, driver_library_mismatch,
+              cuda_driver_version, today):
+    inputs = validate_inputs(gpus=gpus, driver_version=driver_version, image=image, model=model,
+                             vllm=vllm, policy_overrides=policy_overrides, nvlink=nvlink,
+                             driver_library_mismatch=driver_library_mismatch,
+                             cuda_driver_version=cuda_driver_version)
+    if today is None:
+        today = datetime.date.today()
+    elif not isinstance(today, datetime.date):
+        raise GateInputError("today: expected a datetime.date, got %s" % _tname(today))
+    return _Evaluation(inputs, today).run()
 
 
 class _Evaluation:

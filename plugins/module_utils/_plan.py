@@ -24,6 +24,7 @@ import re
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._gate import (
     GateInputError,
+    input_errors_only,
     _short,
     _to_bool,
     _to_mapping,
@@ -397,17 +398,8 @@ def plan(gpus=None, driver_version=None, image=None, model=None, vllm=None, poli
     warnings, effective_vllm, plan, driver_requirements, policy_version) for the first instance
     and the whole host, plus steps, instances, serving_path, target, deployment and summary.
     Raises GateInputError, and only that, on malformed input."""
-    try:
-        return _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink,
-                     driver_library_mismatch, cuda_driver_version, request, host, today)
-    except GateInputError:
-        raise
-    except PolicyError as exc:
-        raise GateInputError(str(exc))
-    except Exception as exc:  # pylint: disable=broad-except
-        # Defensive net, as in _gate.evaluate(): validation is meant to make this unreachable.
-        raise GateInputError("could not plan with these inputs (%s: %s); check the types of gpus, image, model, "
-                             "vllm and request" % (type(exc).__name__, exc))
+    return input_errors_only(_plan, gpus, driver_version, image, model, vllm, policy_overrides, nvlink,
+                             driver_library_mismatch, cuda_driver_version, request, host, today)
 
 
 def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, driver_library_mismatch,
