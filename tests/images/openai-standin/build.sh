@@ -4,7 +4,7 @@
 #
 #   tests/images/openai-standin/build.sh OUTDIR [TAG...]
 #
-# Tags: 1 (healthy), 2-notokens (answers /health and /v1/models, completions carry no tokens),
+# Tags: 1 (healthy), 2 (healthy, a newer version), 2-notokens (answers /health and /v1/models, completions carry no tokens),
 # 2-exits (exits 0 three seconds into a 30-second "model load", before it listens). Default: all of them.
 # A tarball is rewritten only when the image changed; prints one line per tag:
 #   "<tag> <image id> <tarball> built|unchanged".
@@ -20,6 +20,7 @@ mkdir -p "${out}"
 for tag in "${tags[@]}"; do
   case "${tag}" in
     1) args=(--build-arg STANDIN_VERSION=1) ;;
+    2) args=(--build-arg STANDIN_VERSION=2) ;;
     2-notokens) args=(--build-arg STANDIN_VERSION=2 --build-arg STANDIN_NO_TOKENS=1) ;;
     2-exits) args=(--build-arg STANDIN_VERSION=2 --build-arg STANDIN_START_DELAY=30 --build-arg STANDIN_EXIT_AFTER=3) ;;
     *) echo "build.sh: unknown tag ${tag}" >&2; exit 2 ;;
