@@ -1,0 +1,92 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: fleet_report
+short_description: Build the fleet report document, with every host's outcome, from per-host records
+version_added: 0.1.0
+author: labfleet maintainers
+description:
+  - Takes one record per host (what the preflight found and planned, what each rollout role recorded, how far the
+    rolling rollout got, whether the host was still in the play) and returns the fleet report document that the
+    C(labfleet.vllm.fleet_report) role writes as JSON and renders as Markdown and HTML.
+  - Each host gets one C(outcome) word; the rules are tried in this order and the first that applies wins -
+    no preflight result (V(unreachable) when the host left the play, else V(no_data)); V(refused);
+    V(planned) (allowed, and O(mode=preflight) or a probe-only host); V(rolled_back); V(failed);
+    V(pending_reboot); V(not_reached); V(unreachable); V(deployed), V(serving) or V(check_mode) from the vLLM
+    server's status; V(unknown).
+  - The document's keys are described in C(docs/fleet_report.md) of the collection.
+positional: mode
+options:
+  _input:
+    description:
+      - The per-host records, one dictionary per host.
+      - C(host) is the inventory name; C(preflight) the host's C(preflight_result) or null; C(driver) its
+        C(nvidia_driver_result) or null; C(runtime) its C(container_runtime_info) or null; C(server) its
+        C(vllm_server_result) or null; C(rollout) its C(labfleet_rollout) (C(state) V(ok), V(failed) or
+        V(not_reached), C(step), C(msg), C(batch)) or null; C(reachable) whether the host was still in the play
+        that writes the report (default V(true)).
+    type: list
+    elements: dict
+    required: true
+  mode:
+    description:
+      - V(rollout) when the run rolled out to the allowed hosts (C(site.yml)); V(preflight) for a preflight-only
+        run, where allowed hosts are V(planned).
+    type: str
+    default: rollout
+    choices: [rollout, preflight]
+"""
+
+EXAMPLES = r"""
+- name: Build the report from two hosts' records
+  ansible.builtin.set_fact:
+    report: >-
+      {{ [{'host': 'gpu01', 'reachable': true, 'preflight': hostvars['gpu01']['preflight_result'],
+           'server': hostvars['gpu01']['vllm_server_result'] | default(none)},
+          {'host': 'gpu02', 'reachable': false, 'preflight': none}]
+         | labfleet.vllm.fleet_report('rollout') }}
+
+- name: Count the hosts by outcome
+  ansible.builtin.debug:
+    msg: "{{ report['summary']['by_outcome'] }}"
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - The report document. C(report_format) (2), C(collection), C(mode), C(outcomes) (every outcome word in rule
+      order, with its meaning), C(hosts) (one entry per host, sorted by name) and C(summary).
+    - Each host entry holds the preflight result's keys (C(verdict), C(state), C(reasons), C(warnings), C(gpu_count),
+      ...) and adds C(outcome), C(outcome_detail), C(reachable), C(rollout) (C(driver), C(runtime), C(server)),
+      C(rollout_status), C(serving) (deployed and serving hosts - C(image), C(image_digest), C(model_path),
+      C(instances) with C(flags), C(ttft_s), C(tokens_per_s), C(health_s)) and C(failure) (rolled_back and failed
+      hosts - C(step), C(msg), C(failed_instance), C(journal_tail)).
+    - C(summary) holds C(hosts) (a count), C(by_outcome), C(by_state), C(allowed) and C(refused) (host names).
+  type: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.labfleet.vllm.plugins.module_utils._report import build_report
+
+
+def fleet_report(records, mode="rollout"):
+    """The fleet report document from a list of per-host records."""
+    try:
+        return build_report(records, mode=mode)
+    except ValueError as exc:
+        raise AnsibleFilterError("labfleet.vllm.fleet_report: %s" % exc)
+
+
+class FilterModule(object):
+    """The fleet report filter."""
+
+    def filters(self):
+        return {"fleet_report": fleet_report}

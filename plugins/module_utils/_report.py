@@ -1,0 +1,317 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the labfleet.vllm collection: this file is not a public API, its names and
+# structure may change in any release. Use the labfleet.vllm.fleet_report filter instead.
+#
+# The fleet report: from one record per host (what the preflight found and planned, what each
+# rollout role recorded, how far the rolling rollout got, whether the host was still in the play)
+# build_report() works out each host's OUTCOME, one word, and the report document the
+# fleet_report role writes as JSON and renders as Markdown and HTML. Pure: no I/O, no Ansible.
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+REPORT_FORMAT = 2
+
+MODES = ("rollout", "preflight")
+
+# Every outcome word, in the order the rules are tried (the first that applies wins), with its
+# meaning. docs/fleet_report.md and the HTML legend show this table.
+OUTCOMES = (
+    ("unreachable", "the host went unreachable or failed without rescue during the run, before the end"),
+    ("no_data", "the host is in the play but has no preflight result (the preflight did not run on it)"),
+    ("refused", "the preflight refused the host (reason codes); nothing was changed on it"),
+    ("planned", "allowed, but nothing was rolled out to it by this run (a preflight-only run, or a probe-only host)"),
+    ("rolled_back", "the vLLM server failed its start or smoke test and the previous version was put back"),
+    ("failed", "a rollout step failed on the host (driver, runtime or server) and nothing was rolled back"),
+    ("pending_reboot", "the NVIDIA driver is installed, the host needs a reboot to load it"),
+    ("not_reached", "the rollout stopped (failures in an earlier batch) before this host's batch"),
+    ("deployed", "the vLLM server was (re)deployed by this run and answers a real completion"),
+    ("serving", "already at the target: nothing changed, the vLLM server answers a real completion"),
+    ("check_mode", "check mode: the rollout was only simulated"),
+    ("unknown", "the records do not say what happened (the detail names what is missing)"),
+)
+OUTCOME_NAMES = tuple(name for name, _meaning in OUTCOMES)
+
+_NO_PREFLIGHT_MSG = "No probe result: the host was unreachable or failed before the probe ran."
+
+
+def _mapping(value):
+    return value if isinstance(value, dict) else None
+
+
+def _number(value):
+    """A float from an int, float or numeric string; None for anything else (bool included)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def tokens_per_s(completion_tokens, latency_s):
+    """End-to-end output rate of one smoke-test request: completion_tokens / latency_s.
+
+    latency_s is the whole request (time to first token included), so this is what a client sees,
+    not the decode rate. None when either figure is missing or not a number, when latency_s is not
+    positive or completion_tokens is negative; 0.0 for a request that produced no token.
+    Rounded to two decimals.
+    """
+    tokens = _number(completion_tokens)
+    latency = _number(latency_s)
+    if tokens is None or latency is None or latency <= 0 or tokens < 0:
+        return None
+    return round(tokens / latency, 2)
+
+
+def flags(argv):
+    """The instance's effective vLLM flags as one string (argv joined by spaces)."""
+    if isinstance(argv, (list, tuple)):
+        return " ".join(str(a) for a in argv)
+    if argv is None:
+        return ""
+    return str(argv)
+
+
+def _codes(items):
+    out = []
+    for item in items or []:
+        if isinstance(item, dict) and item.get("code"):
+            out.append(str(item["code"]))
+        elif isinstance(item, str) and item:
+            out.append(item)
+    return out
+
+
+def _text(value):
+    return "" if value is None else str(value).strip()
+
+
+def _sentence(*parts):
+    """Join non-empty parts into one sentence that ends with a full stop."""
+    text = " ".join(p.strip() for p in parts if p and p.strip())
+    if text and text[-1] not in ".!?":
+        text += "."
+    return text
+
+
+def _instances(server):
+    out = []
+    for inst in (server or {}).get("instances") or []:
+        if not isinstance(inst, dict):
+            continue
+        out.append({
+            "name": inst.get("name"),
+            "port": inst.get("port"),
+            "status": inst.get("status"),
+            "flags": flags(inst.get("argv")),
+            "health_s": inst.get("health_s"),
+            "ttft_s": inst.get("ttft_s"),
+            "completion_tokens": inst.get("completion_tokens"),
+            "latency_s": inst.get("latency_s"),
+            "tokens_per_s": tokens_per_s(inst.get("completion_tokens"), inst.get("latency_s")),
+        })
+    return out
+
+
+def _serving(server):
+    return {
+        "image": server.get("image"),
+        "image_digest": server.get("image_digest"),
+        "model_path": server.get("model_path"),
+        "instances": _instances(server),
+    }
+
+
+def _journal_tail(server):
+    tail = server.get("journal_tail")
+    if isinstance(tail, (list, tuple)):
+        return [str(line) for line in tail]
+    if isinstance(tail, str) and tail:
+        return tail.splitlines()
+    return []
+
+
+def _failure(step, msg, server):
+    server = server or {}
+    return {
+        "step": step,
+        "msg": msg,
+        "failed_instance": server.get("failed_instance"),
+        "failed_task": server.get("failed_task"),
+        "image": server.get("image"),
+        "image_digest": server.get("image_digest"),
+        "restored_image": server.get("restored_image"),
+        "journal_tail": _journal_tail(server),
+    }
+
+
+def host_outcome(record, mode="rollout"):
+    """The outcome of one host: (outcome, outcome_detail, extra).
+
+    extra holds ``serving`` (deployed and serving hosts: image, digest, model path and per
+    instance the flags and smoke-test figures) or ``failure`` (rolled_back and failed hosts: step,
+    message, failed instance and task, journal tail); each key is None where it does not apply.
+    The rules are tried in the order of OUTCOMES; the first that applies wins.
+    """
+    record = record if isinstance(record, dict) else {}
+    reachable = bool(record.get("reachable", True))
+    pre = _mapping(record.get("preflight"))
+    driver = _mapping(record.get("driver")) or {}
+    server = _mapping(record.get("server")) or {}
+    rollout = _mapping(record.get("rollout")) or {}
+    extra = {"serving": None, "failure": None}
+
+    # 1. Nothing from the preflight.
+    if pre is None:
+        if not reachable:
+            return ("unreachable", "The host was unreachable or failed before the preflight recorded anything.", extra)
+        return ("no_data", "The host is in the play but has no preflight result (preflight_result is not set).", extra)
+
+    verdict = pre.get("verdict")
+    probe_only = bool(pre.get("probe_only"))
+    # 2. Refused by the preflight (probe-only hosts included).
+    if verdict == "refused":
+        codes = _codes(pre.get("reasons"))
+        return ("refused", _sentence(
+            "Probe only; refused" if probe_only else "Refused",
+            "by the preflight (%s); nothing was changed on the host" % (", ".join(codes) or "no reason code"),
+        ), extra)
+
+    plan = _text(pre.get("rollout_plan"))
+    # 3. Allowed, but this run rolled nothing out to it.
+    if verdict == "allowed" and (mode == "preflight" or probe_only):
+        why = ("a probe-only host, which no rollout play reaches" if probe_only
+               else "this run was a preflight only")
+        return ("planned", _sentence(
+            "Allowed; nothing rolled out (%s)." % why, ("Plan: " + plan) if plan else ""), extra)
+
+    status = _text(server.get("status"))
+    state = _text(rollout.get("state"))
+    # 4. The rollout failed on the host.
+    if status == "rolled_back":
+        extra["failure"] = _failure(_text(rollout.get("step")) or "server", _text(server.get("msg")), server)
+        return ("rolled_back", _sentence(
+            "The vLLM server failed%s and was rolled back:" % (
+                " in instance " + _text(server.get("failed_instance")) if server.get("failed_instance") else ""),
+            _text(server.get("msg")) or "(no message)"), extra)
+    if status in ("failed", "not_retried") or state == "failed":
+        if state == "failed":
+            step = _text(rollout.get("step")) or ("server" if status else "unknown step")
+            msg = _text(rollout.get("msg")) or _text(server.get("msg"))
+        else:
+            step = "server"
+            msg = _text(server.get("msg")) or (
+                "not retried after an earlier failure" if status == "not_retried" else "")
+        extra["failure"] = _failure(step, msg, server if step == "server" or status else None)
+        return ("failed", _sentence("Failed at the %s step:" % step, msg or "(no message)"), extra)
+
+    # 5. The driver is installed and waits for a reboot.
+    if _text(driver.get("status")) == "pending_reboot":
+        return ("pending_reboot", _sentence(
+            "The NVIDIA driver waits for a reboot:", _text(driver.get("msg")) or "reboot the host to load it"), extra)
+
+    # 6. The rollout stopped before this host's batch.
+    if state == "not_reached":
+        batch = rollout.get("batch")
+        return ("not_reached", _sentence(
+            "The rollout stopped before this host's batch%s;" % (
+                " (%s)" % batch if batch is not None and batch != "" else ""),
+            "nothing was changed on it", ("(" + _text(rollout.get("msg")) + ")") if rollout.get("msg") else ""), extra)
+
+    # 7. Lost during the run.
+    if not reachable:
+        return ("unreachable", _sentence(
+            "The host went unreachable or failed without rescue during the rollout",
+            "(last vLLM server status: %s)" % status if status else ""), extra)
+
+    # 8. The server's own word.
+    if status == "deployed":
+        extra["serving"] = _serving(server)
+        return ("deployed", _sentence(
+            "Deployed %s%s;" % (_text(server.get("image")) or "the image",
+                                " (" + _text(server.get("image_digest")) + ")" if server.get("image_digest") else ""),
+            "it answers a completion"), extra)
+    if status == "unchanged":
+        extra["serving"] = _serving(server)
+        return ("serving", _sentence(
+            "Already at the target (%s); nothing changed, it answers a completion" % (
+                _text(server.get("image_digest")) or _text(server.get("image")) or "image unknown")), extra)
+    if status == "check_mode":
+        return ("check_mode", "Check mode: the rollout was simulated, nothing was changed.", extra)
+
+    # 9. Nothing says what happened.
+    if status:
+        missing = "the vLLM server status %r is not one the report knows" % status
+    elif verdict not in ("allowed", "refused"):
+        missing = "the preflight recorded no verdict"
+    elif state:
+        missing = "the rollout says %s but the vLLM server role recorded no result" % state
+    else:
+        missing = "no vLLM server result (vllm_server_result) and no rollout record (labfleet_rollout)"
+    return ("unknown", _sentence("Outcome unknown:", missing), extra)
+
+
+def host_entry(record, mode="rollout"):
+    """The report entry of one host: the preflight's fields, the role results and the outcome."""
+    record = record if isinstance(record, dict) else {}
+    host = _text(record.get("host")) or "?"
+    pre = _mapping(record.get("preflight"))
+    if pre is None:
+        entry = {"host": host, "state": "no_data", "msg": _NO_PREFLIGHT_MSG}
+    else:
+        entry = dict(pre)
+        entry["host"] = host
+        entry.setdefault("state", "unknown")
+    outcome, detail, extra = host_outcome(record, mode)
+    entry.update({
+        "outcome": outcome,
+        "outcome_detail": detail,
+        "reachable": bool(record.get("reachable", True)),
+        "rollout": {
+            "driver": _mapping(record.get("driver")),
+            "runtime": _mapping(record.get("runtime")),
+            "server": _mapping(record.get("server")),
+        },
+        "rollout_status": _mapping(record.get("rollout")),
+        "serving": extra["serving"],
+        "failure": extra["failure"],
+    })
+    return entry
+
+
+def _count(values):
+    counts = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return counts
+
+
+def build_report(records, mode="rollout", collection="labfleet.vllm"):
+    """The whole report document from a list of per-host records (see docs/fleet_report.md)."""
+    if mode not in MODES:
+        raise ValueError("mode must be one of %s, got %r" % (", ".join(MODES), mode))
+    if records is None:
+        records = []
+    if not isinstance(records, (list, tuple)):
+        raise ValueError("records must be a list of per-host records, got %s" % type(records).__name__)
+    entries = sorted((host_entry(r, mode) for r in records), key=lambda e: e["host"])
+    return {
+        "report_format": REPORT_FORMAT,
+        "collection": collection,
+        "mode": mode,
+        "outcomes": [{"outcome": name, "meaning": meaning} for name, meaning in OUTCOMES],
+        "hosts": entries,
+        "summary": {
+            "hosts": len(entries),
+            "by_outcome": _count(e["outcome"] for e in entries),
+            "by_state": _count(e["state"] for e in entries),
+            "allowed": [e["host"] for e in entries if e.get("verdict") == "allowed"],
+            "refused": [e["host"] for e in entries if e.get("verdict") == "refused"],
+        },
+    }
