@@ -13,14 +13,14 @@ export MOLECULE_GLOB := molecule/*/molecule.yml
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity unit integration molecule build clean
+.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity unit integration molecule standin-images build clean
 
 help:
 	@echo "make test       lint + unit + molecule (the whole suite; what CI runs)"
 	@echo "make lint       yamllint, ansible-lint (production), argument_specs check, ansible-test sanity"
 	@echo "make unit       pytest unit tests"
 	@echo "make integration  pytest tests that build and run images in Docker"
-	@echo "make molecule   every Molecule scenario (starts Docker, builds base images)"
+	@echo "make molecule   every Molecule scenario, MOLECULE_JOBS=2 at a time (starts Docker, builds base images)"
 	@echo "make images     build the Molecule base images (debootstrap + docker import)"
 	@echo "make build      ansible-galaxy collection build"
 
@@ -67,7 +67,15 @@ unit: venv
 integration: venv images
 	$(BIN)/python -m pytest -m docker tests/integration
 
-molecule: venv images
+# MOLECULE_JOBS scenarios at a time (scripts/molecule-all.sh); the stand-in server images are built
+# once before they start, not by the first scenarios to need them at the same time.
+MOLECULE_JOBS ?= 2
+export MOLECULE_JOBS
+
+standin-images: docker images
+	tests/images/openai-standin/build.sh $(CURDIR)/.cache/openai-standin
+
+molecule: venv images standin-images
 	scripts/molecule-all.sh $(SCENARIO)
 
 build: venv

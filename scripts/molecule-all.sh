@@ -1,26 +1,110 @@
 #!/usr/bin/env bash
-# Run `molecule test` for every scenario under molecule/ (or the ones named), one after the
-# other, go on after a failure, and end with one summary line: "molecule: N passed, M failed".
+# Run `molecule test` for every scenario under molecule/ (or the ones named), MOLECULE_JOBS at a
+# time (default 2), the longest first; go on after a failure, and end with one summary line:
+# "molecule: N passed, M failed".
+#
+#   scripts/molecule-all.sh [SCENARIO...]          MOLECULE_JOBS=1 runs them one after the other
+#
+# Each scenario writes its whole output to .cache/molecule-logs/<scenario>.log; when it ends, this
+# prints "=== molecule scenario <s>: passed|FAILED in N s" with the log's tail when it passed and the
+# whole log when it failed. The order comes from the durations of the last run
+# (.cache/molecule-logs/durations) or, on a fresh clone, from the estimates below; a scenario with
+# neither is started first.
+#
+# Scenarios run side by side share only the Docker engine and the controller's files. Instances are
+# named after their scenario (or by the scenario's own platform names), ephemeral directories are
+# per scenario, and what the scenarios build on the controller (the stand-in image tarballs,
+# tests/images/openai-standin/build.sh) is built under a lock; `make molecule` builds it first.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "${top}"
+
+jobs=${MOLECULE_JOBS:-2}
+[[ "${jobs}" =~ ^[1-9][0-9]*$ ]] || { echo "molecule-all.sh: MOLECULE_JOBS must be a positive number" >&2; exit 2; }
+tail_lines=${MOLECULE_TAIL_LINES:-15}
+logdir="${top}/.cache/molecule-logs"
+mkdir -p "${logdir}"
+durations="${logdir}/durations"
 
 scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
   for f in molecule/*/molecule.yml; do scenarios+=("$(basename "$(dirname "$f")")"); done
 fi
 
-passed=0 failed=0 failures=()
-for s in "${scenarios[@]}"; do
-  start=$(date +%s)
-  echo "=== molecule scenario ${s}"
-  if molecule test -s "${s}"; then
+# Seconds a scenario took on a 2-core CI machine, one at a time; only the order matters.
+declare -A estimate=(
+  [container_runtime_bookworm]=270 [container_runtime_broken]=115 [container_runtime_trixie]=280
+  [nvidia_driver_bookworm_repo]=190 [nvidia_driver_refused]=115 [nvidia_driver_trixie]=270
+  [preflight_fleet]=90 [preflight_hosts]=110 [preflight_target]=115
+  [vllm_server_crash]=230 [vllm_server_default]=225 [vllm_server_rollback]=280
+)
+if [ -f "${durations}" ]; then
+  while read -r name secs; do
+    [[ "${secs}" =~ ^[0-9]+$ ]] && estimate[${name}]=${secs}
+  done <"${durations}"
+fi
+# Longest first (unknown ones, e.g. a new scenario, before all), ties by name.
+mapfile -t scenarios < <(
+  for s in "${scenarios[@]}"; do printf '%s %s\n' "${estimate[${s}]:-99999}" "${s}"; done \
+    | sort -k1,1nr -k2,2 | awk '{print $2}')
+
+declare -A pid_scenario=() started=()
+passed=0 failed=0 failures=() running=0 next=0 new_durations=()
+
+stop_all() {
+  trap - INT TERM
+  echo "molecule-all.sh: interrupted; stopping the running scenarios" >&2
+  for pid in "${!pid_scenario[@]}"; do kill -TERM "${pid}" 2>/dev/null; done
+  wait
+  exit 130
+}
+trap stop_all INT TERM
+
+start_one() {
+  local s=$1
+  echo "=== molecule scenario ${s}: started ($(date +%T), log ${logdir#"${top}/"}/${s}.log)"
+  started[${s}]=$(date +%s)
+  molecule test -s "${s}" </dev/null >"${logdir}/${s}.log" 2>&1 &
+  pid_scenario[$!]=${s}
+  running=$((running + 1))
+}
+
+echo "=== molecule: ${#scenarios[@]} scenarios, ${jobs} at a time: ${scenarios[*]}"
+all_start=$(date +%s)
+while [ "${next}" -lt ${#scenarios[@]} ] || [ "${running}" -gt 0 ]; do
+  while [ "${running}" -lt "${jobs}" ] && [ "${next}" -lt ${#scenarios[@]} ]; do
+    start_one "${scenarios[${next}]}"
+    next=$((next + 1))
+  done
+  done_pid=
+  wait -n -p done_pid
+  rc=$?
+  [ -n "${done_pid}" ] || continue
+  s=${pid_scenario[${done_pid}]}
+  unset "pid_scenario[${done_pid}]"
+  running=$((running - 1))
+  secs=$(( $(date +%s) - ${started[${s}]} ))
+  if [ "${rc}" -eq 0 ]; then
     passed=$((passed + 1)); verdict=passed
+    new_durations+=("${s} ${secs}")
+    echo "--- ${s}: last ${tail_lines} lines of ${logdir#"${top}/"}/${s}.log"
+    tail -n "${tail_lines}" "${logdir}/${s}.log"
   else
     failed=$((failed + 1)); verdict=FAILED; failures+=("${s}")
+    echo "--- ${s}: ${logdir#"${top}/"}/${s}.log (exit ${rc})"
+    cat "${logdir}/${s}.log"
   fi
-  echo "=== molecule scenario ${s}: ${verdict} in $(( $(date +%s) - start )) s"
+  echo "=== molecule scenario ${s}: ${verdict} in ${secs} s"
 done
+
+# Remember how long each passed scenario took, for the order of the next run.
+if [ ${#new_durations[@]} -gt 0 ]; then
+  { printf '%s\n' "${new_durations[@]}"
+    [ -f "${durations}" ] && cat "${durations}"; } | awk '!seen[$1]++' >"${durations}.tmp" \
+    && mv -f "${durations}.tmp" "${durations}"
+fi
+
+echo "molecule: wall time $(( $(date +%s) - all_start )) s with ${jobs} at a time"
 [ ${#failures[@]} -eq 0 ] || echo "molecule: failed scenarios: ${failures[*]}"
 echo "molecule: ${passed} passed, ${failed} failed"
 [ "${failed}" -eq 0 ]

@@ -8,6 +8,8 @@
 # 2-exits (exits 0 three seconds into a 30-second "model load", before it listens). Default: all of them.
 # A tarball is rewritten only when the image changed; prints one line per tag:
 #   "<tag> <image id> <tarball> built|unchanged".
+# Molecule scenarios that run side by side call this at the same time with the same OUTDIR: one
+# at a time builds (a lock on OUTDIR/.build.lock), and a tarball appears whole (renamed into place).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: build.sh OUTDIR [TAG...]}
@@ -16,6 +18,8 @@ tags=("$@")
 [ ${#tags[@]} -gt 0 ] || tags=(1 2-notokens 2-exits)
 base=${LABFLEET_STANDIN_BASE:-${LABFLEET_MOLECULE_IMAGE_BOOKWORM:-labfleet/molecule-debian:bookworm}}
 mkdir -p "${out}"
+exec 9>"${out}/.build.lock"
+flock 9
 
 for tag in "${tags[@]}"; do
   case "${tag}" in
@@ -36,6 +40,7 @@ for tag in "${tags[@]}"; do
   docker save -o "${tarball}.tmp" "${image}"
   chmod 0644 "${tarball}.tmp"
   mv -f "${tarball}.tmp" "${tarball}"
-  echo "${id}" > "${tarball}.id"
+  echo "${id}" >"${tarball}.id.tmp"
+  mv -f "${tarball}.id.tmp" "${tarball}.id"
   echo "${tag} ${id} ${tarball} built"
 done
