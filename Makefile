@@ -13,7 +13,7 @@ export MOLECULE_GLOB := molecule/*/molecule.yml
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity unit integration molecule standin-images build clean
+.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity unit integration molecule standin-images build clean demo demo-clean demo-screenshot
 
 help:
 	@echo "make test       lint + unit + molecule (the whole suite; what CI runs)"
@@ -23,6 +23,9 @@ help:
 	@echo "make molecule   every Molecule scenario, MOLECULE_JOBS=2 at a time (starts Docker, builds base images)"
 	@echo "make images     build the Molecule base images (debootstrap + docker import)"
 	@echo "make build      ansible-galaxy collection build"
+	@echo "make demo       sandbox lab: 3 containers with fake GPUs, site.yml on them, the API called (docs/demo.md)"
+	@echo "make demo-clean remove the sandbox lab's containers, volumes, network and inventory"
+	@echo "make demo-screenshot  docs/images/fleet-report.png from reports/fleet-report.html (headless chromium)"
 
 test:
 	@start=$$(date +%s); rc=0; \
@@ -83,3 +86,14 @@ build: venv
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis labfleet-vllm-*.tar.gz
+
+# The sandbox lab (docs/demo.md). scripts/demo.sh installs what it needs itself (.venv included),
+# so that the duration it prints covers everything.
+demo:
+	scripts/demo.sh up
+
+demo-clean:
+	scripts/demo.sh clean
+
+demo-screenshot:
+	scripts/demo.sh screenshot

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# The sandbox lab: labfleet.vllm end to end on this machine, no GPU needed (docs/demo.md).
+#
+#   scripts/demo.sh [up]        make demo             start the lab and run site.yml on it
+#   scripts/demo.sh clean       make demo-clean       remove everything `up` made
+#   scripts/demo.sh screenshot  make demo-screenshot  docs/images/fleet-report.png from the HTML report
+#
+# `up` installs what it needs (.venv, a Docker engine, the Debian 12 base image), starts three
+# systemd containers with FAKE GPUs (test fixtures from tests/), writes inventories/sandbox/,
+# prepares the hosts (tests/sandbox/prepare.yml), then runs the real product command
+#   ansible-playbook site.yml -i inventories/sandbox
+# calls the served API once per deployed host and checks each host's outcome in the report.
+# Everything it starts carries the label org.labfleet.demo=1. A second `up` reuses the
+# containers, the image and the tarball.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "${root}"
+label=org.labfleet.demo=1
+network=labfleet-demo
+inventory=inventories/sandbox
+hosts=(demo-v100-a demo-p100 demo-v100-b)
+export PATH="${root}/.venv/bin:${PATH}" ANSIBLE_CONFIG="${root}/ansible.cfg" ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
+
+started=$(date +%s)
+log() { printf '\ndemo [+%ss]: %s\n' "$(( $(date +%s) - started ))" "$*"; }
+
+up() {
+  local prepare=() tarball=.cache/openai-standin/openai-standin-1.tar h ip
+
+  log "controller: .venv, Docker engine, base image"
+  make --no-print-directory -s venv
+  scripts/ensure-docker.sh
+  molecule/images/build.sh bookworm
+
+  log "the lab: network ${network}, containers ${hosts[*]}, inventory ${inventory}/"
+  ansible-playbook tests/sandbox/lab.yml -i localhost,
+
+  for h in "${hosts[@]}"; do
+    docker exec "${h}" test -f /etc/labfleet-sandbox-prepared 2>/dev/null || prepare+=("${h}")
+  done
+  if [ ${#prepare[@]} -gt 0 ] || [ ! -f "${tarball}" ]; then
+    log "prepare (test fixtures: fake GPUs, fake toolkit repository, model, stand-in tarball): ${prepare[*]:-controller only}"
+    # The Molecule prepare playbooks that tests/sandbox/prepare.yml reuses find the fixtures here.
+    MOLECULE_PROJECT_DIRECTORY="${root}" ansible-playbook tests/sandbox/prepare.yml -i "${inventory}" \
+      --limit "$(IFS=,; echo "localhost,${prepare[*]:-}")"
+  else
+    log "prepare: every host is prepared already and the tarball exists"
+  fi
+
+  log "ansible-playbook site.yml -i ${inventory}"
+  local rc=0
+  ansible-playbook site.yml -i "${inventory}" || rc=$?
+
+  log "the served API, from this controller"
+  for h in $(report_allowed); do
+    ip=$(docker inspect --format "{{ (index .NetworkSettings.Networks \"${network}\").IPAddress }}" "${h}")
+    call_api "${h}" "${ip}" || rc=1
+  done
+
+  log "outcome per host (expected: ${inventory}/hosts.yml, found: reports/fleet-report.json)"
+  check_outcomes || rc=1
+
+  log "the fleet report"
+  for f in reports/fleet-report.md reports/fleet-report.html; do
+    [ -f "${f}" ] && echo "  ${root}/${f}"
+  done
+  local outcome="done"
+  [ "${rc}" -eq 0 ] || outcome=FAILED
+  echo "demo: ${outcome} in $(( $(date +%s) - started )) s"
+  return "${rc}"
+}
+
+# The hosts the report says are allowed (the ones site.yml deployed to).
+report_allowed() {
+  python3 -c 'import json; print(" ".join(json.load(open("reports/fleet-report.json"))["summary"]["allowed"]))'
+}
+
+# One chat completion with the API key, as a client of the lab would make it.
+call_api() {
+  python3 - "$1" "$2" "${inventory}/group_vars/vllm_hosts/api_key.yml" <<'EOF'
+import json, sys, urllib.request, yaml
+host, ip, key_file = sys.argv[1:]
+key = yaml.safe_load(open(key_file))["vllm_server_api_key"]
+url = "http://%s:8000/v1/chat/completions" % ip
+body = {"model": "quasar", "max_tokens": 16, "messages": [{"role": "user", "content": "Say hello to the lab."}]}
+req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                             headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
+try:
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        answer = json.load(resp)
+except Exception as exc:  # noqa: BLE001 (any failure is the demo's failure, said in one line)
+    print("  %s: POST %s failed: %s" % (host, url, exc))
+    sys.exit(1)
+print("  %s: POST %s -> %r (%s tokens)" % (host, url, answer["choices"][0]["message"]["content"],
+                                           answer.get("usage", {}).get("completion_tokens")))
+EOF
+}
+
+# Each host's verdict and codes in the report against labfleet_demo_expect in the inventory.
+check_outcomes() {
+  python3 - "${inventory}/hosts.yml" reports/fleet-report.json <<'EOF'
+import json, sys, yaml
+hosts_file, report_file = sys.argv[1:]
+inventory = yaml.safe_load(open(hosts_file))["vllm_hosts"]["hosts"]
+expect = {host: hostvars["labfleet_demo_expect"] for host, hostvars in inventory.items()}
+report = {h["host"]: h for h in json.load(open(report_file))["hosts"]}
+ok = True
+for host, want in expect.items():
+    verdict, *codes = want.split()
+    got = report.get(host, {})
+    found = [r["code"] for r in got.get("reasons", [])] + [w["code"] for w in got.get("warnings", [])]
+    good = got.get("verdict") == verdict and all(c in found for c in codes)
+    ok &= good
+    print("  %-12s %-8s %-40s %s" % (host, got.get("verdict", "missing"), ", ".join(found) or "-",
+                                     "as expected" if good else "EXPECTED " + want))
+sys.exit(0 if ok else 1)
+EOF
+}
+
+clean() {
+  log "before: docker ps -a / docker volume ls / docker network ls --filter label=${label}"
+  show
+  log "removing the lab's containers (with their volumes), volumes, network and inventory"
+  docker ps -aq --filter "label=${label}" | xargs -r docker rm -f -v >/dev/null
+  docker volume ls -q --filter "label=${label}" | xargs -r docker volume rm >/dev/null
+  docker network ls -q --filter "label=${label}" | xargs -r docker network rm >/dev/null
+  # Everything under inventories/sandbox/ is generated, except its README.
+  find "${inventory}" -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +
+  log "after:"
+  show
+  echo "  ${inventory}/ holds: $(find "${inventory}" -mindepth 1 -printf '%P ')"
+  echo "demo-clean: kept the caches shared with 'make test': .venv, the base and stand-in images, .cache/openai-standin, reports/"
+}
+
+show() {
+  docker ps -a --filter "label=${label}"
+  docker volume ls --filter "label=${label}"
+  docker network ls --filter "label=${label}"
+}
+
+screenshot() {
+  local html=reports/fleet-report.html out=docs/images/fleet-report.png browser
+  [ -f "${html}" ] || { echo "demo-screenshot: ${html} does not exist; run 'make demo' first" >&2; exit 1; }
+  browser=$(command -v chromium || command -v chromium-browser || true)
+  if [ -z "${browser}" ]; then
+    log "installing Debian's chromium"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    browser=$(command -v chromium)
+  fi
+  mkdir -p "$(dirname "${out}")"
+  "${browser}" --headless --no-sandbox --disable-gpu --hide-scrollbars --screenshot="${out}" \
+    --window-size=1400,900 "file://${root}/${html}" 2>/dev/null
+  echo "demo-screenshot: ${root}/${out}"
+}
+
+case "${1:-up}" in
+  up) up ;;
+  clean) clean ;;
+  screenshot) screenshot ;;
+  *) echo "usage: $0 [up|clean|screenshot]" >&2; exit 2 ;;
+esac
