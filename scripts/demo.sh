@@ -110,10 +110,13 @@ for host, want in expect.items():
     verdict, *codes = want.split()
     got = report.get(host, {})
     found = [r["code"] for r in got.get("reasons", [])] + [w["code"] for w in got.get("warnings", [])]
-    good = got.get("verdict") == verdict and all(c in found for c in codes)
+    # An allowed host must also serve: deployed by this run, or already serving (a second run).
+    outcome = got.get("outcome", got.get("verdict", "missing"))
+    good = (got.get("verdict") == verdict and all(c in found for c in codes)
+            and (verdict != "allowed" or outcome in ("deployed", "serving")))
     ok &= good
-    print("  %-12s %-8s %-40s %s" % (host, got.get("verdict", "missing"), ", ".join(found) or "-",
-                                     "as expected" if good else "EXPECTED " + want))
+    print("  %-12s %-8s %-10s %-48s %s" % (host, got.get("verdict", "missing"), outcome, ", ".join(found) or "-",
+                                           "as expected" if good else "EXPECTED " + want))
 sys.exit(0 if ok else 1)
 EOF
 }
