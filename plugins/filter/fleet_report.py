@@ -30,7 +30,7 @@ options:
       - C(host) is the inventory name; C(preflight) the host's C(preflight_result) or null; C(driver) its
         C(nvidia_driver_result) or null; C(runtime) its C(container_runtime_info) or null; C(server) its
         C(vllm_server_result) or null; C(rollout) its C(labfleet_rollout) (C(state) V(ok), V(failed) or
-        V(not_reached), C(step), C(msg), C(batch)) or null; C(reachable) whether the host was still in the play
+        V(not_reached), C(step), C(msg), C(batch), C(task)) or null; C(reachable) whether the host was still in the play
         that writes the report (default V(true)).
     type: list
     elements: dict

@@ -137,13 +137,13 @@ def _journal_tail(server):
     return []
 
 
-def _failure(step, msg, server):
+def _failure(step, msg, server, rollout):
     server = server or {}
     return {
         "step": step,
         "msg": msg,
         "failed_instance": server.get("failed_instance"),
-        "failed_task": server.get("failed_task"),
+        "failed_task": server.get("failed_task") or rollout.get("task"),
         "image": server.get("image"),
         "image_digest": server.get("image_digest"),
         "restored_image": server.get("restored_image"),
@@ -195,7 +195,7 @@ def host_outcome(record, mode="rollout"):
     state = _text(rollout.get("state"))
     # 4. The rollout failed on the host.
     if status == "rolled_back":
-        extra["failure"] = _failure(_text(rollout.get("step")) or "server", _text(server.get("msg")), server)
+        extra["failure"] = _failure(_text(rollout.get("step")) or "server", _text(server.get("msg")), server, rollout)
         return ("rolled_back", _sentence(
             "The vLLM server failed%s and was rolled back:" % (
                 " in instance " + _text(server.get("failed_instance")) if server.get("failed_instance") else ""),
@@ -208,7 +208,7 @@ def host_outcome(record, mode="rollout"):
             step = "server"
             msg = _text(server.get("msg")) or (
                 "not retried after an earlier failure" if status == "not_retried" else "")
-        extra["failure"] = _failure(step, msg, server if step == "server" or status else None)
+        extra["failure"] = _failure(step, msg, server if step == "server" or status else None, rollout)
         return ("failed", _sentence("Failed at the %s step:" % step, msg or "(no message)"), extra)
 
     # 5. The driver is installed and waits for a reboot.

@@ -75,9 +75,8 @@ def test_probe_only_allowed_host_is_planned_in_a_rollout():
 
 
 def test_rolled_back_keeps_the_why_and_the_journal():
-    name, detail, extra = R.host_outcome(rec(server=ROLLED_BACK, rollout={"state": "failed", "step": "server",
-                                                                           "msg": "vllm failed", "batch": 1}),
-                                         "rollout")
+    rollout = {"state": "failed", "step": "server", "msg": "vllm failed", "batch": 1}
+    name, detail, extra = R.host_outcome(rec(server=ROLLED_BACK, rollout=rollout), "rollout")
     assert name == "rolled_back"
     assert "no token within 60 s" in detail
     assert extra["failure"]["journal_tail"] == ["line 1", "CUDA error: out of memory"]
@@ -104,10 +103,13 @@ def test_server_failed_or_not_retried_is_failed(status):
 
 def test_rollout_failed_at_the_driver_step_is_failed_with_step_and_msg():
     name, detail, extra = R.host_outcome(
-        rec(rollout={"state": "failed", "step": "driver", "msg": "dkms build failed", "batch": 2}), "rollout")
+        rec(rollout={"state": "failed", "step": "driver", "msg": "dkms build failed", "batch": 2,
+                     "task": "Install the driver packages"}), "rollout")
     assert name == "failed"
     assert detail == "Failed at the driver step: dkms build failed."
     assert extra["failure"]["step"] == "driver"
+    assert extra["failure"]["failed_task"] == "Install the driver packages"
+    assert extra["failure"]["journal_tail"] == []
 
 
 def test_pending_reboot():
