@@ -26,7 +26,7 @@ started=$(date +%s)
 log() { printf '\ndemo [+%ss]: %s\n' "$(( $(date +%s) - started ))" "$*"; }
 
 up() {
-  local prepare=() tarball=.cache/openai-standin/openai-standin-1.tar h ip
+  local prepare=() tarball=.cache/sandbox/openai-standin-1.tar h ip
 
   log "controller: .venv, Docker engine, base image"
   make --no-print-directory -s venv
@@ -133,7 +133,7 @@ clean() {
   log "after:"
   show
   echo "  ${inventory}/ holds: $(find "${inventory}" -mindepth 1 -printf '%P ')"
-  echo "demo-clean: kept the caches shared with 'make test': .venv, the base and stand-in images, .cache/openai-standin, reports/"
+  echo "demo-clean: kept the caches shared with 'make test': .venv, the base and stand-in images, .cache/, reports/"
 }
 
 show() {
