@@ -75,8 +75,9 @@ integration: venv images
 MOLECULE_JOBS ?= 2
 export MOLECULE_JOBS
 
+STANDIN_TAGS ?= 1 2 2-notokens 2-exits
 standin-images: docker images
-	tests/images/openai-standin/build.sh $(CURDIR)/.cache/openai-standin
+	tests/images/openai-standin/build.sh $(CURDIR)/.cache/openai-standin $(STANDIN_TAGS)
 
 molecule: venv images standin-images
 	scripts/molecule-all.sh $(SCENARIO)
