@@ -35,7 +35,7 @@ fi
 declare -A estimate=(
   [container_runtime_bookworm]=270 [container_runtime_broken]=115 [container_runtime_trixie]=280
   [nvidia_driver_bookworm_repo]=190 [nvidia_driver_refused]=115 [nvidia_driver_trixie]=270
-  [preflight_fleet]=90 [preflight_hosts]=110 [preflight_target]=115
+  [preflight_hosts]=110 [preflight_target]=115 [site_rollout]=300
   [vllm_server_crash]=230 [vllm_server_default]=225 [vllm_server_rollback]=280
 )
 if [ -f "${durations}" ]; then
