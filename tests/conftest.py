@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from ansible.module_utils import _internal as ansible_internal
 from ansible.module_utils.common import warnings as ansible_warnings
 
 _COLLECTIONS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "collections")
@@ -18,8 +19,15 @@ if _COLLECTIONS not in sys.path:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_ansible_warnings():
-    """AnsibleModule collects warnings and deprecations in module-level lists; start each test empty."""
+def _fresh_ansible_warnings(monkeypatch):
+    """AnsibleModule collects warnings and deprecations in module-level lists; start each test empty.
+
+    Importing controller code (ansible.errors: the filter plugins and their tests do) sets ansible's
+    process-wide ``is_controller`` switch, after which a module's warnings go to the controller's
+    display instead of its result. Modules run on the host, so every test starts on the host side;
+    a test of controller code imports what it needs and so sets the switch itself.
+    """
+    monkeypatch.setattr(ansible_internal, "is_controller", False)
     for name in ("_global_warnings", "_global_deprecations"):
         store = getattr(ansible_warnings, name, None)
         if store is not None:
