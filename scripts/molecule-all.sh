@@ -17,7 +17,7 @@
 # tests/images/openai-standin/build.sh) is built under a lock; `make molecule` builds it first.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-cd "${top}"
+cd "${top}" || exit 1
 
 jobs=${MOLECULE_JOBS:-2}
 [[ "${jobs}" =~ ^[1-9][0-9]*$ ]] || { echo "molecule-all.sh: MOLECULE_JOBS must be a positive number" >&2; exit 2; }

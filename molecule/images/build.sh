@@ -19,7 +19,6 @@
 # LABFLEET_MOLECULE_IMAGE_BOOKWORM when that one is set and LABFLEET_MOLECULE_IMAGE_BOOKWORM_DOCKER is not.
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
 mirror="${LABFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 repo="${LABFLEET_MOLECULE_IMAGE_REPO:-labfleet/molecule-debian}"
 packages="systemd,systemd-sysv,dbus,python3,python3-apt,ca-certificates,iproute2,procps,kmod,sudo"

@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 # Test fixture of labfleet.vllm: run a command (an ansible-playbook run) and kill it, with its whole
 # process group, with SIGKILL as soon as a line of its output matches PATTERN: what a crash, an OOM
 # kill or a lost controller does. Prints the output's tail; exits 1 when the pattern never showed.
 #
-#   interrupt.py PATTERN COMMAND [ARG...]
+#   python3 interrupt.py PATTERN COMMAND [ARG...]
 import os
 import re
 import signal
