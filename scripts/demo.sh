@@ -153,7 +153,7 @@ screenshot() {
   fi
   mkdir -p "$(dirname "${out}")"
   "${browser}" --headless --no-sandbox --disable-gpu --hide-scrollbars --screenshot="${out}" \
-    --window-size=1400,900 "file://${root}/${html}" 2>/dev/null
+    --window-size=1800,1000 "file://${root}/${html}" 2>/dev/null
   echo "demo-screenshot: ${root}/${out}"
 }
 
