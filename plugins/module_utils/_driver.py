@@ -67,6 +67,24 @@ CUDA_REPO_KEYS = {
     # read for this role, so none is shipped: the user states it (nvidia_driver_cuda_repo_key_fingerprint).
     "dnf": {"file": "D42D0685.pub", "fingerprint": None},
 }
+# Repositories signed with another key than their family's. NVIDIA keeps the 2022 key on the
+# repositories it already signed with it, and signs the Debian 13 repository (new in 2025) with a
+# new key: Debian 13's apt (sqv) rejects 3bf863cc's SHA-1 self-signature from 2026-02-01
+# ("Signing key on EB693B30... is not bound ... SHA1 is not considered secure"), so that key
+# cannot sign for it. Sources: NVIDIA/cuda-repo-management#30, #34 and #39 (maintainer: "only a new
+# key for Debian 13"); the full fingerprint from two independent third-party setups that pin it.
+CUDA_REPO_KEYS_BY_DISTRO = {
+    "debian13": {"file": "8793F200.pub", "fingerprint": "02182E60104FCDC26EAE1B8597A5D4CB8793F200",
+                 "source": "NVIDIA/cuda-repo-management#30, #34, #39; fingerprint: third-party copies",
+                 "confidence": "third_party"},
+}
+
+
+def cuda_repo_key(key):
+    """The signing key ({file, fingerprint}) of NVIDIA's CUDA repository for distribution ``key``."""
+    if key in CUDA_REPO_KEYS_BY_DISTRO:
+        return CUDA_REPO_KEYS_BY_DISTRO[key]
+    return CUDA_REPO_KEYS[DISTROS[key]["family"]]
 
 # Packages per (distribution family/source) and flavour. "{b}" is the branch. A name that ends in
 # "=" carries the driver's own version (so an exact version pins it); others are left to the
@@ -373,7 +391,7 @@ def cuda_repo(key, architecture, base_url, key_url="", fingerprint=""):
     if not base:
         raise DriverInputError("nvidia_driver_cuda_repo_base_url is empty")
     url = "%s/%s/%s/" % (base, DISTROS[key]["repo_dir"], arch)
-    known = CUDA_REPO_KEYS[DISTROS[key]["family"]]
+    known = cuda_repo_key(key)
     expected = normalize_fingerprint(fingerprint) if fingerprint else known["fingerprint"]
     if expected is None:
         raise DriverInputError(

@@ -330,6 +330,30 @@ def test_cuda_repo_apt_defaults():
     assert repo["key_url"] == "https://mirror.example/cuda/ubuntu2404/sbsa/3bf863cc.pub"
 
 
+@pytest.mark.parametrize("distro,key_file,fingerprint", [
+    # Debian 13's repository is signed with NVIDIA's 2025 key (NVIDIA/cuda-repo-management#39):
+    # Debian 13's apt rejects the SHA-1 binding of the 2022 key from 2026-02-01 (#30, #34).
+    ("debian13", "8793F200.pub", "02182E60104FCDC26EAE1B8597A5D4CB8793F200"),
+    ("debian12", "3bf863cc.pub", "EB693B3035CD5710E231E123A4B469963BF863CC"),
+    ("ubuntu2204", "3bf863cc.pub", "EB693B3035CD5710E231E123A4B469963BF863CC"),
+    ("ubuntu2404", "3bf863cc.pub", "EB693B3035CD5710E231E123A4B469963BF863CC"),
+    ("rhel9", "D42D0685.pub", None),
+])
+def test_cuda_repo_key_per_distribution(distro, key_file, fingerprint):
+    assert D.cuda_repo_key(distro)["file"] == key_file
+    assert D.cuda_repo_key(distro)["fingerprint"] == fingerprint
+    if fingerprint:
+        repo = D.cuda_repo(distro, "x86_64", "https://developer.download.nvidia.com/compute/cuda/repos")
+        assert repo["key_url"] == ("https://developer.download.nvidia.com/compute/cuda/repos/%s/x86_64/%s"
+                                   % (distro, key_file))
+        assert repo["fingerprint"] == fingerprint
+
+
+def test_every_distribution_has_a_repository_key():
+    for distro in D.DISTROS:
+        assert D.cuda_repo_key(distro)["file"].endswith(".pub"), distro
+
+
 def test_cuda_repo_overrides():
     repo = D.cuda_repo("ubuntu2204", "x86_64", "file:///srv/mirror", "file:///srv/key.asc", "0x" + TEST_KEY_FPR.lower())
     assert repo["url"] == "file:///srv/mirror/ubuntu2204/x86_64/"
