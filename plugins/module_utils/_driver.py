@@ -86,6 +86,7 @@ def cuda_repo_key(key):
         return CUDA_REPO_KEYS_BY_DISTRO[key]
     return CUDA_REPO_KEYS[DISTROS[key]["family"]]
 
+
 # Packages per (distribution family/source) and flavour. "{b}" is the branch. A name that ends in
 # "=" carries the driver's own version (so an exact version pins it); others are left to the
 # package manager (they come from other source packages with their own version numbers).
