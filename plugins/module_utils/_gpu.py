@@ -24,6 +24,10 @@ Output formats handled (facts.md section 7):
   (or ``... Open Kernel Module for x86_64  550.54.14 ...``).
 * ``libnvidia-ml.so.<version>`` file names in the usual library directories.
 * ``<sysfs>/bus/pci/devices/*/{vendor,device,class}`` for vendor 0x10de, class 0x03xxxx.
+* A GPU that fell off the bus (Xid 79): nvidia-smi's ``Unable to determine the device handle for
+  GPU 0000:02:00.0: GPU is lost.  Reboot the system to recover this GPU`` (or ``...: Unknown Error``)
+  lines among the CSV rows, NVML's NVML_ERROR_GPU_IS_LOST (15), and a PCI config space that reads
+  all ones (``lspci`` shows ``rev ff``). Such GPUs go to ``lost_gpus``, never to ``gpus``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -48,7 +52,11 @@ STATE_NO_GPU = "no_gpu"
 STATE_DRIVER_NOT_LOADED = "driver_not_loaded"
 STATE_MISMATCH = "driver_library_mismatch"
 STATE_PROBE_ERROR = "probe_error"
-STATES = (STATE_OK, STATE_NO_GPU, STATE_DRIVER_NOT_LOADED, STATE_MISMATCH, STATE_PROBE_ERROR)
+STATE_GPU_LOST = "gpu_lost"
+STATES = (STATE_OK, STATE_NO_GPU, STATE_DRIVER_NOT_LOADED, STATE_MISMATCH, STATE_PROBE_ERROR, STATE_GPU_LOST)
+
+# Where a lost GPU was seen (lost_gpus[].source): the backend names the module already uses.
+LOST_SOURCES = ("nvidia_smi", "nvml", "pci")
 
 BACKENDS = ("auto", "nvml", "nvidia_smi", "pci")
 
@@ -110,6 +118,9 @@ NVML_TOPOLOGY_LINKS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50
 SMI_RC_NO_DEVICES = 6
 SMI_RC_DRIVER_NOT_LOADED = 9
 SMI_RC_MISMATCH = 18
+# nvidia-smi(1) "RETURN VALUE": 15 "GPU has fallen off the bus or has otherwise become inaccessible"
+# (stored copies of the man page, see tests/unit/fixtures/gpu/README.md; confidence: third_party).
+SMI_RC_GPU_LOST = 15
 
 _NA_VALUES = ("", "n/a", "na", "none", "not supported", "unknown error", "unknown")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -120,6 +131,25 @@ _CC_RE = re.compile(r"^(\d+)\.(\d+)$")
 _TOPO_CELL_RE = re.compile(r"^(X|SYS|SOC|NODE|PHB|PXB|PIX|NV\d+|[A-Z][A-Z0-9]{1,5})$")
 _LIB_NAME_RE = re.compile(r"^libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
 _PCIE_SPEED_GEN = ((2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6))
+
+# nvidia-smi's line for a GPU whose handle NVML cannot open (confidence: third_party, quoted in):
+#   "Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost.  Reboot the system to
+#    recover this GPU"                                            JosephKJ/OWOD#81 (plain nvidia-smi)
+#   "Unable to determine the device handle for GPU 0000:09:00.0: Unknown Error"
+#                                                                 NVIDIA/nvidia-docker#1553 (-a -i 0)
+#   "Unable to determine the device handle for GPU0000:65:00.0: Unknown Error"
+#                                                                 NVIDIA/nvidia-container-toolkit#69
+#   "Unable to determine the device handle for GPU0: 0000:09:00.0: Unknown Error"
+#                                                                 NVIDIA/open-gpu-kernel-modules#1342
+# "GPU is lost" is nvmlErrorString(NVML_ERROR_GPU_IS_LOST); "Unknown Error" is what older drivers
+# print for the same Xid 79 state (nvidia-docker#1553: "the GPU ... drop[ped] off the bus").
+_LOST_LINE_RE = re.compile(
+    r"^\s*Unable to determine the device handle for GPU\s*(?:(\d+)\s*:\s*)?"
+    r"([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7])\s*:\s*(.*?)\s*$",
+    re.I,
+)
+_LOST_CELL = "[gpu is lost]"  # a --query-gpu cell for a GPU lost after its handle was opened (inferred)
+_MODALIAS_RE = re.compile(r"^pci:v0000([0-9A-Fa-f]{4})d0000([0-9A-Fa-f]{4}).*bc([0-9A-Fa-f]{2})", re.I)
 
 
 class ParseError(ValueError):
@@ -271,6 +301,11 @@ def new_gpu(source, index=None):
         "kernel_driver": None,
         "source": source,
     }
+
+
+def new_lost(bus_id, index, message, source):
+    """A lost_gpus entry: a GPU that fell off the bus (Xid 79), with the words that said so."""
+    return {"bus_id": bus_id, "index": index, "message": message, "source": source}
 
 
 def complete_gpu(gpu):
@@ -441,11 +476,64 @@ def parse_topology(text):
     return _topology_from_matrix(matrix)
 
 
+def split_lost_lines(text):
+    """Take nvidia-smi's "Unable to determine the device handle for GPU <bus id>: <why>" lines out.
+
+    Returns ``(lost, rest)``: lost is a list of lost_gpus entries (source nvidia_smi, index from
+    the "GPU<n>: <bus id>" form or None, message the words after the bus ID), rest the other lines.
+    """
+    lost = []
+    rest = []
+    seen = set()
+    for line in _ANSI_RE.sub("", _text(text) or "").splitlines():
+        match = _LOST_LINE_RE.match(line)
+        if not match:
+            rest.append(line)
+            continue
+        bus_id = normalize_bus_id(match.group(2))
+        if bus_id in seen:
+            continue  # the same line on stdout and stderr
+        seen.add(bus_id)
+        index = int(match.group(1)) if match.group(1) is not None else None
+        lost.append(new_lost(bus_id, index, match.group(3) or "Unknown Error", "nvidia_smi"))
+    return lost, "\n".join(rest)
+
+
+def _lost_rows(text, fields):
+    """CSV rows whose cells say "[GPU is lost]" (the handle opened, then the GPU went away).
+
+    Returns ``(lost, rest)`` like split_lost_lines. Rows without an index or bus ID stay in rest
+    (and fail the parse, as any malformed row does).
+    """
+    lost = []
+    rest = []
+    fields = list(fields)
+    for line in (text or "").splitlines():
+        values = [part.strip() for part in line.split(",")]
+        if len(values) != len(fields) or _LOST_CELL not in [value.lower() for value in values]:
+            rest.append(line)
+            continue
+        raw = dict(zip(fields, values))
+        try:
+            index = to_int(raw.get("index"), "index")
+            bus_id = normalize_bus_id(raw.get("pci.bus_id"))
+        except ParseError:
+            rest.append(line)
+            continue
+        if bus_id is None:
+            rest.append(line)
+            continue
+        lost.append(new_lost(bus_id, index, "GPU is lost", "nvidia_smi"))
+    return lost, "\n".join(rest)
+
+
 def classify_smi_failure(rc, text):
     """Map a failed nvidia-smi call (exit code + combined output) to a host state."""
     lowered = (text or "").lower()
     if "version mismatch" in lowered:
         return STATE_MISMATCH
+    if "gpu is lost" in lowered or "fallen off the bus" in lowered:
+        return STATE_GPU_LOST
     if "couldn't communicate with the nvidia driver" in lowered or "driver is not loaded" in lowered:
         return STATE_DRIVER_NOT_LOADED
     if "couldn't find libnvidia-ml.so" in lowered or "nvml shared library not found" in lowered:
@@ -459,6 +547,8 @@ def classify_smi_failure(rc, text):
             return STATE_DRIVER_NOT_LOADED
         if rc == SMI_RC_NO_DEVICES:
             return STATE_NO_GPU
+        if rc == SMI_RC_GPU_LOST:
+            return STATE_GPU_LOST
     return STATE_PROBE_ERROR
 
 
@@ -570,33 +660,113 @@ def _pcie_gen(speed):
 
 
 def read_pci(sysfs_root=None):
-    """NVIDIA display-class devices from ``<sysfs_root>/bus/pci/devices``.
+    """NVIDIA display-class devices from ``<sysfs_root>/bus/pci/devices`` that still answer.
 
     Returns ``(readable, gpus)``: readable is False when the directory does not exist.
-    GPUs are numbered in PCI bus order (the order nvidia-smi uses by default).
+    GPUs are numbered in PCI bus order (the order nvidia-smi uses by default); a GPU that fell off
+    the bus keeps its number but is left out (read_pci_devices returns it).
+    """
+    readable, gpus, _lost = read_pci_devices(sysfs_root)
+    return readable, gpus
+
+
+def _config_all_ones(path):
+    """True when the first 4 bytes of the device's config space read 0xff (vendor and device
+    0xffff): what a device that no longer answers returns, and what lspci shows as "rev ff"."""
+    try:
+        with open(os.path.join(path, "config"), "rb") as handle:
+            head = handle.read(4)
+    except (IOError, OSError):
+        return False
+    return len(head) == 4 and head == b"\xff\xff\xff\xff"
+
+
+def _lost_signs(path, vendor, pci_class):
+    """Why a PCI device looks fallen off the bus, or None.
+
+    The sysfs ``vendor``/``device``/``class``/``revision`` files print values the kernel cached
+    when it enumerated the device (drivers/pci/pci-sysfs.c, pci_config_attr(); verified in the
+    stored torvalds/linux copy), so a lost GPU usually still reads 0x10de there; the ``config``
+    file is read live from the device (lspci reads it: "rev ff"). A ``revision`` of 0xff or a
+    vendor of 0xffff (kernels or tools that re-read them) count too. A device the kernel powered
+    off (power_state D3cold, e.g. a notebook GPU) also reads all ones and is not lost.
+    """
+    power = (_read_sysfs(os.path.join(path, "power_state")) or "").strip()
+    if power == "D3cold":
+        return None
+    signs = []
+    if (_read_sysfs(os.path.join(path, "revision")) or "").lower() == "0xff":
+        signs.append("revision 0xff")
+    if (vendor or "").lower() == "0xffff":
+        signs.append("vendor 0xffff")
+    if (pci_class or "").lower() == "0xffffff":
+        signs.append("class 0xffffff")
+    if _config_all_ones(path):
+        signs.append("config space all 0xff")
+    return ", ".join(signs) if signs else None
+
+
+def _modalias_ids(path):
+    """(vendor, device, class byte) from the cached ``modalias``; Nones when unreadable."""
+    match = _MODALIAS_RE.match(_read_sysfs(os.path.join(path, "modalias")) or "")
+    if not match:
+        return None, None, None
+    return match.group(1).lower(), match.group(2).lower(), match.group(3).lower()
+
+
+def read_pci_devices(sysfs_root=None):
+    """NVIDIA display-class devices from ``<sysfs_root>/bus/pci/devices``.
+
+    Returns ``(readable, gpus, lost)``: gpus as read_pci; lost a list of lost_gpus entries
+    (source pci) for GPUs whose config space reads all ones. Both share one numbering, in PCI
+    bus order over all NVIDIA display devices.
     """
     sysfs_root = DEFAULT_SYSFS_ROOT if sysfs_root is None else sysfs_root
     base = os.path.join(sysfs_root, "bus", "pci", "devices")
     try:
         entries = sorted(os.listdir(base))
     except (IOError, OSError):
-        return False, []
+        return False, [], []
     gpus = []
+    lost = []
+    position = 0
     for entry in entries:
         path = os.path.join(base, entry)
         vendor = _read_sysfs(os.path.join(path, "vendor"))
         pci_class = _read_sysfs(os.path.join(path, "class"))
-        if normalize_device_id(vendor) != NVIDIA_VENDOR_ID or not pci_class:
+        device_raw = _read_sysfs(os.path.join(path, "device"))
+        driver = _kernel_driver(path)
+        vendor_id = normalize_device_id(vendor)
+        class_text = (pci_class or "").lower().replace("0x", "")
+        if vendor_id != NVIDIA_VENDOR_ID and (vendor or "").lower() != "0xffff":
             continue
-        if not pci_class.lower().replace("0x", "").startswith("03"):
+        if vendor_id != NVIDIA_VENDOR_ID or class_text in ("", "ffffff"):
+            # The files read all ones: identify the device from the cached modalias, or by the
+            # nvidia driver (it binds only to NVIDIA GPUs: display class 0x03).
+            alias_vendor, alias_device, alias_class = _modalias_ids(path)
+            if alias_vendor == NVIDIA_VENDOR_ID and alias_class:
+                vendor_id, device_raw, class_text = alias_vendor, alias_device, alias_class
+            elif driver == "nvidia":
+                vendor_id, class_text = NVIDIA_VENDOR_ID, "03"
+            else:
+                continue
+        if not class_text.startswith("03"):
             continue  # audio (0x0403), USB-C (0x0c03), NVSwitch bridges (0x0680) are not GPUs
-        gpu = new_gpu("pci", index=len(gpus))
-        device_id = normalize_device_id(_read_sysfs(os.path.join(path, "device")))
-        gpu["pci_device_id"] = None if device_id is None else "0x" + device_id
         try:
-            gpu["pci_bus_id"] = normalize_bus_id(entry)
+            bus_id = normalize_bus_id(entry)
         except ParseError:
-            gpu["pci_bus_id"] = entry
+            bus_id = entry
+        index = position
+        position += 1
+        signs = _lost_signs(path, vendor, pci_class)
+        if signs is not None:
+            lost.append(new_lost(bus_id, index, "the device no longer answers on the PCI bus (%s; lspci shows "
+                                                "it as rev ff)" % signs, "pci"))
+            continue
+        gpu = new_gpu("pci", index=index)
+        device_id = normalize_device_id(device_raw)
+        gpu["pci_device_id"] = None if device_id is None else "0x" + device_id
+        gpu["pci_bus_id"] = bus_id
         entry_data = lookup_device(device_id)
         if entry_data is not None:
             gpu["name"] = entry_data["model"]
@@ -610,9 +780,9 @@ def read_pci(sysfs_root=None):
             gpu["pcie_link_width"] = to_int(_read_sysfs(os.path.join(path, "current_link_width")))
         except ParseError:
             gpu["pcie_link_width"] = None
-        gpu["kernel_driver"] = _kernel_driver(path)
+        gpu["kernel_driver"] = driver
         gpus.append(gpu)
-    return True, gpus
+    return True, gpus, lost
 
 
 def _kernel_driver(device_path):
@@ -631,6 +801,9 @@ def read_nvidia_smi(run_command, nvidia_smi, notes=None):
     nvlink. Raises ProbeFailure for every answer that is not a working list of GPUs.
 
     ``notes`` (a list) collects non-fatal remarks (dropped fields, topology not read).
+    A GPU that fell off the bus is not a failure: nvidia-smi prints an "Unable to determine the
+    device handle for GPU <bus id>: ..." line for it among the CSV rows of the others and exits
+    15; it goes to ``lost_gpus`` and the other GPUs are listed as usual.
     """
     notes = [] if notes is None else notes
     fields = list(QUERY_FIELDS)
@@ -646,17 +819,24 @@ def read_nvidia_smi(run_command, nvidia_smi, notes=None):
             fields.remove(invalid.group(1))
             notes.append("nvidia-smi does not know the query field %r; asked without it" % invalid.group(1))
             continue
+        if split_lost_lines(combined)[0]:
+            notes.append("nvidia-smi exited %d (a GPU fell off the bus)" % rc)
+            break
         state = classify_smi_failure(rc, combined)
         failure = ProbeFailure(state, "nvidia-smi exited %d: %s" % (rc, _summary(combined) or "no output"))
         failure.library_version = parse_nvml_library_line(combined)
         raise failure
-    if "no devices were found" in (out + err).lower():
+    lost, out = split_lost_lines(out)
+    lost_err, _rest = split_lost_lines(err)
+    lost_rows, out = _lost_rows(out, fields)
+    lost = _unique_lost(lost + lost_err + lost_rows)
+    if not lost and "no devices were found" in (out + err).lower():
         raise ProbeFailure(STATE_NO_GPU, "nvidia-smi: No devices were found")
     try:
         gpus, driver_version = parse_query_gpu(out, fields)
     except ParseError as exc:
         raise ProbeFailure(STATE_PROBE_ERROR, "could not parse nvidia-smi --query-gpu output (%s)" % exc)
-    if not gpus:
+    if not gpus and not lost:
         raise ProbeFailure(STATE_NO_GPU, "nvidia-smi listed no GPU")
 
     result = {
@@ -664,10 +844,13 @@ def read_nvidia_smi(run_command, nvidia_smi, notes=None):
         "cuda_driver_version": None,
         "library_version": None,
         "gpus": sorted(gpus, key=lambda gpu: gpu["index"]),
+        "lost_gpus": lost,
     }
     rc, out, err = run_command([nvidia_smi])
     header = parse_smi_header(_text(out) or "")
-    if rc != 0 or header["cuda_driver_version"] is None:
+    if rc != 0 and lost:
+        notes.append("plain nvidia-smi stops at the lost GPU (exit %d), so the CUDA version is unknown" % rc)
+    elif rc != 0 or header["cuda_driver_version"] is None:
         notes.append("nvidia-smi did not print a CUDA version (exit %d)" % rc)
     result["cuda_driver_version"] = header["cuda_driver_version"]
     if result["driver_version"] is None:
@@ -691,6 +874,15 @@ def read_nvidia_smi(run_command, nvidia_smi, notes=None):
                     for pair in result["topology"]["pairs"]
                 )
     return result
+
+
+def _unique_lost(lost):
+    """One entry per bus ID (the first seen), in bus ID order."""
+    seen = {}
+    for item in lost:
+        key = item["bus_id"] if item["bus_id"] is not None else "index %s" % item["index"]
+        seen.setdefault(key, item)
+    return sorted(seen.values(), key=lambda item: (item["bus_id"] or "~", item["index"] if item["index"] is not None else -1))
 
 
 def _restrict_topology(topology, indices):
@@ -747,6 +939,8 @@ def nvml_failure(nvml, exc, where):
         return ProbeFailure(STATE_MISMATCH, detail)
     if code == NVML_ERROR_NOT_FOUND:
         return ProbeFailure(STATE_NO_GPU, detail)
+    if code == NVML_ERROR_GPU_IS_LOST:
+        return ProbeFailure(STATE_GPU_LOST, detail)
     return ProbeFailure(STATE_PROBE_ERROR, detail)
 
 
@@ -780,6 +974,27 @@ def _optional(nvml, error_class, func, *args):
         return None
 
 
+class _GpuLost(Exception):
+    """NVML said NVML_ERROR_GPU_IS_LOST for one GPU (raised inside the per-GPU reader)."""
+
+    def __init__(self, where, text):
+        super(_GpuLost, self).__init__(text)
+        self.where = where
+        self.text = text
+
+
+def _getter(nvml, error_class, func, *args):
+    """_optional for one GPU's values, except that NVML_ERROR_GPU_IS_LOST raises _GpuLost."""
+    if func is None:
+        return None
+    try:
+        return func(*args)
+    except error_class as exc:
+        if _nvml_code(exc) == NVML_ERROR_GPU_IS_LOST:
+            raise _GpuLost(getattr(func, "__name__", "NVML"), _nvml_text(nvml, exc))
+        return None
+
+
 def _read_nvml_initialised(nvml, error_class, notes):
     result = {
         "driver_version": clean_value(_optional(nvml, error_class, getattr(nvml, "nvmlSystemGetDriverVersion", None))),
@@ -800,23 +1015,37 @@ def _read_nvml_initialised(nvml, error_class, notes):
         raise ProbeFailure(STATE_NO_GPU, "NVML reports 0 GPUs")
     handles = []
     gpus = []
+    lost = []
     for index in range(count):
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
         except error_class as exc:
-            raise nvml_failure(nvml, exc, "nvmlDeviceGetHandleByIndex(%d)" % index)
+            if _nvml_code(exc) != NVML_ERROR_GPU_IS_LOST:
+                raise nvml_failure(nvml, exc, "nvmlDeviceGetHandleByIndex(%d)" % index)
+            # The bus ID cannot be asked of a lost handle; probe() takes it from the PCI bus.
+            lost.append(new_lost(None, index, "nvmlDeviceGetHandleByIndex(%d): %s" % (index, _nvml_text(nvml, exc)),
+                                 "nvml"))
+            continue
+        try:
+            gpu = _nvml_gpu(nvml, error_class, handle, index)
+        except _GpuLost as exc:
+            lost.append(new_lost(None, index, "%s: %s" % (exc.where, exc.text), "nvml"))
+            continue
         handles.append(handle)
-        gpus.append(_nvml_gpu(nvml, error_class, handle, index))
+        gpus.append(gpu)
+    if lost and len(lost) == count:
+        notes.append("NVML cannot reach any of its %d GPU(s)" % count)
     result["gpus"] = gpus
+    result["lost_gpus"] = lost
     result["topology"], result["nvlink"] = _nvml_topology(nvml, error_class, handles, gpus, notes)
     return result
 
 
 def _nvml_gpu(nvml, error_class, handle, index):
     gpu = new_gpu("nvml", index=index)
-    gpu["name"] = clean_value(_optional(nvml, error_class, nvml.nvmlDeviceGetName, handle))
-    gpu["uuid"] = clean_value(_optional(nvml, error_class, nvml.nvmlDeviceGetUUID, handle))
-    pci = _optional(nvml, error_class, nvml.nvmlDeviceGetPciInfo, handle)
+    gpu["name"] = clean_value(_getter(nvml, error_class, nvml.nvmlDeviceGetName, handle))
+    gpu["uuid"] = clean_value(_getter(nvml, error_class, nvml.nvmlDeviceGetUUID, handle))
+    pci = _getter(nvml, error_class, nvml.nvmlDeviceGetPciInfo, handle)
     if pci is not None:
         try:
             gpu["pci_bus_id"] = normalize_bus_id(getattr(pci, "busId", None))
@@ -827,7 +1056,7 @@ def _nvml_gpu(nvml, error_class, handle, index):
     cc = _optional(nvml, error_class, getattr(nvml, "nvmlDeviceGetCudaComputeCapability", None), handle)
     if cc is not None:
         gpu["compute_capability"] = "%d.%d" % (int(cc[0]), int(cc[1]))
-    memory = _optional(nvml, error_class, nvml.nvmlDeviceGetMemoryInfo, handle)
+    memory = _getter(nvml, error_class, nvml.nvmlDeviceGetMemoryInfo, handle)
     if memory is not None:
         gpu["memory_total_mib"] = int(memory.total) // (1024 * 1024)
         gpu["memory_free_mib"] = int(memory.free) // (1024 * 1024)
@@ -921,6 +1150,7 @@ def base_facts():
         "driver_library_mismatch": False,
         "count": 0,
         "gpus": [],
+        "lost_gpus": [],
         "topology": empty_topology(),
         "nvlink": False,
         "probes": [],
@@ -1014,7 +1244,7 @@ def probe(backend="auto", run_command=None, nvidia_smi=None, nvml_loader=None, s
     probes = facts["probes"]
     facts["kernel_module_version"], facts["kernel_module_type"] = read_proc_version(proc_version_path)
     facts["library_version"] = read_library_version(lib_root, lib_dirs)
-    pci_readable, pci_gpus = read_pci(sysfs_root)
+    pci_readable, pci_gpus, pci_lost = read_pci_devices(sysfs_root)
 
     order = {"auto": ("nvml", "nvidia_smi"), "nvml": ("nvml",), "nvidia_smi": ("nvidia_smi",), "pci": ()}[backend]
     answer = None
@@ -1032,13 +1262,15 @@ def probe(backend="auto", run_command=None, nvidia_smi=None, nvml_loader=None, s
                            "detail": detail})
             if backend == "auto" and exc.unavailable:
                 continue  # the next backend may still answer
-            if backend == "auto" and name == "nvml" and exc.state == STATE_PROBE_ERROR:
-                soft_failure = (exc, name)  # kept in case nvidia-smi cannot answer either
+            if backend == "auto" and name == "nvml" and exc.state in (STATE_PROBE_ERROR, STATE_GPU_LOST):
+                soft_failure = (exc, name)  # kept in case nvidia-smi cannot answer either (or names the bus ID)
                 continue
             failure, failed_by = exc, name
             break
-        probes.append({"backend": name, "outcome": STATE_OK,
-                       "detail": "; ".join(["%d GPU(s)" % len(answer["gpus"])] + notes)})
+        lost_count = len(answer.get("lost_gpus") or [])
+        probes.append({"backend": name, "outcome": STATE_GPU_LOST if lost_count else STATE_OK,
+                       "detail": "; ".join(["%d GPU(s)" % len(answer["gpus"])]
+                                           + (["%d lost" % lost_count] if lost_count else []) + notes)})
         answered_by = name
         break
     if answer is None and failure is None and soft_failure is not None:
@@ -1049,14 +1281,21 @@ def probe(backend="auto", run_command=None, nvidia_smi=None, nvml_loader=None, s
             "backend=pci but %s/bus/pci/devices cannot be read; use backend=auto"
             % (DEFAULT_SYSFS_ROOT if sysfs_root is None else sysfs_root)
         )
-    probes.append({"backend": "pci", "outcome": "ok" if pci_readable else "unavailable",
-                   "detail": ("%d NVIDIA display device(s)" % len(pci_gpus)) if pci_readable
-                   else "no PCI device list in sysfs"})
+    if pci_readable:
+        not_answering = (", %d not answering" % len(pci_lost)) if pci_lost else ""
+        probes.append({"backend": "pci", "outcome": STATE_GPU_LOST if pci_lost else STATE_OK,
+                       "detail": "%d NVIDIA display device(s)%s" % (len(pci_gpus) + len(pci_lost), not_answering)})
+    else:
+        probes.append({"backend": "pci", "outcome": "unavailable", "detail": "no PCI device list in sysfs"})
 
     if answer is not None:
         _finish_answer(facts, answer, answered_by, pci_gpus)
+        lost = merge_lost(answer.get("lost_gpus") or [], facts["gpus"], pci_gpus, pci_lost)
     else:
         _finish_without_driver(facts, backend, failure, failed_by, pci_readable, pci_gpus)
+        lost = [dict(item) for item in pci_lost]
+    if lost:
+        _report_lost(facts, lost, answered_by, pci_gpus, failure)
     facts["count"] = len(facts["gpus"])
     facts["present"] = bool(facts["state"] == STATE_OK and facts["backend"] in ("nvml", "nvidia_smi")
                             and facts["count"] > 0)
@@ -1095,6 +1334,110 @@ def _finish_answer(facts, answer, answered_by, pci_gpus):
     facts["msg"] = msg
 
 
+def merge_lost(lost, healthy, pci_gpus, pci_lost):
+    """Combine the driver's lost GPUs with the PCI bus: fill missing bus IDs and indices, add GPUs
+    only the bus shows as lost. Returns the lost_gpus list (sorted by bus ID).
+
+    * NVML cannot say the bus ID of a lost handle: it is the PCI GPU that the driver does not list,
+      preferring the ones whose config space reads all ones, when that leaves no choice.
+    * An index the driver did not print (the "GPU 0000:02:00.0" form) is the GPU's position in PCI
+      bus order, used only when every listed GPU's index agrees with that order (nvidia-smi numbers
+      GPUs in PCI bus order by default; confidence: inferred).
+    * A GPU the driver lists with its values is not lost, whatever sysfs says.
+    * When some unnamed GPUs stay unnamed (more of them than candidates), the dead PCI devices are
+      not added again: they are among them.
+    """
+    lost = [dict(item) for item in lost]
+    healthy_bus = set(gpu["pci_bus_id"] for gpu in healthy if gpu.get("pci_bus_id"))
+    named = set(item["bus_id"] for item in lost if item["bus_id"])
+    unnamed = sorted((item for item in lost if not item["bus_id"]),
+                     key=lambda item: item["index"] if item["index"] is not None else 0)
+    if unnamed:
+        dead = [item["bus_id"] for item in pci_lost if item["bus_id"] not in named | healthy_bus]
+        others = sorted(set(gpu["pci_bus_id"] for gpu in pci_gpus if gpu.get("pci_bus_id")) - healthy_bus - named)
+        for candidates in (dead, sorted(set(dead) | set(others))):
+            if len(candidates) == len(unnamed):
+                for item, bus_id in zip(unnamed, sorted(candidates)):
+                    item["bus_id"] = bus_id
+                break
+    named = set(item["bus_id"] for item in lost if item["bus_id"])
+    if any(not item["bus_id"] for item in lost):
+        pci_lost = []  # the dead PCI devices are among the unnamed ones: do not count them twice
+    for item in pci_lost:
+        if item["bus_id"] not in named and item["bus_id"] not in healthy_bus:
+            added = dict(item)
+            added["index"] = None  # renumbered below against the driver's own numbering
+            lost.append(added)
+    _fill_lost_indices(lost, healthy, [gpu["pci_bus_id"] for gpu in pci_gpus] + [item["bus_id"] for item in pci_lost])
+    return _unique_lost(lost)
+
+
+def _fill_lost_indices(lost, healthy, pci_bus_ids):
+    if not any(item["index"] is None and item["bus_id"] for item in lost):
+        return
+    if any(not gpu.get("pci_bus_id") or gpu.get("index") is None for gpu in healthy):
+        return
+    buses = sorted(set([gpu["pci_bus_id"] for gpu in healthy] + [item["bus_id"] for item in lost if item["bus_id"]]
+                       + [bus for bus in pci_bus_ids if bus]))
+    if any(buses.index(gpu["pci_bus_id"]) != gpu["index"] for gpu in healthy):
+        return
+    taken = set(gpu["index"] for gpu in healthy) | set(item["index"] for item in lost if item["index"] is not None)
+    for item in lost:
+        if item["index"] is None and item["bus_id"]:
+            position = buses.index(item["bus_id"])
+            if position not in taken:
+                item["index"] = position
+                taken.add(position)
+
+
+def _lost_sentence(lost):
+    said = {"nvidia_smi": "nvidia-smi", "nvml": "NVML", "pci": "PCI"}
+    parts = []
+    for item in lost:
+        label = item["bus_id"] or "a GPU at an unknown PCI address"
+        if item["index"] is not None:
+            label += " (GPU %d)" % item["index"]
+        parts.append("%s [%s: %s]" % (label, said.get(item["source"], item["source"]), item["message"]))
+    return ("%d NVIDIA GPU(s) fell off the bus (Xid 79): %s; reboot the host to bring %s back, and if it happens "
+            "again check the GPU's power cables, seating and cooling."
+            % (len(lost), "; ".join(parts), "it" if len(lost) == 1 else "them"))
+
+
+def _report_lost(facts, lost, answered_by, pci_gpus, failure=None):
+    """State gpu_lost (a mismatch stays a mismatch: it needs the same reboot) and a message that
+    names the lost GPUs and says what the healthy ones allow until the reboot."""
+    facts["lost_gpus"] = lost
+    previous = facts["state"]
+    if previous != STATE_MISMATCH:
+        facts["state"] = STATE_GPU_LOST
+    healthy = facts["gpus"]
+    lost_bus = set(item["bus_id"] for item in lost)
+    said = (" (the driver: %s)" % failure.detail) if failure is not None else ""
+    if answered_by is not None:
+        via = "NVML" if answered_by == "nvml" else "nvidia-smi"
+        if healthy:
+            tail = ("%d other GPU(s) answer via %s: %s; driver %s, CUDA %s%s. Until the reboot a deployment on this "
+                    "host can use only those: set tensor_parallel_size x pipeline_parallel_size to at most %d."
+                    % (len(healthy), via, _describe_gpus(healthy), facts["driver_version"] or "unknown",
+                       facts["cuda_driver_version"] or "unknown", ", NVLink" if facts["nvlink"] else "",
+                       len(healthy)))
+        else:
+            unseen = [gpu for gpu in pci_gpus if gpu.get("pci_bus_id") not in lost_bus]
+            tail = "%s lists no working GPU%s." % (
+                via, ("; the PCI bus shows %d more NVIDIA GPU(s) (%s) that it did not reach"
+                      % (len(unseen), ", ".join(gpu["pci_bus_id"] for gpu in unseen))) if unseen else "")
+        if facts["driver_library_mismatch"] and previous == STATE_OK:
+            tail += (" Also, the loaded kernel module is %s but libnvidia-ml on disk is %s; the reboot fixes that too."
+                     % (facts["kernel_module_version"], facts["library_version"]))
+    elif previous == STATE_MISMATCH or (healthy and previous != STATE_GPU_LOST):
+        tail = facts["msg"]  # it already describes the other GPUs and the driver
+    elif healthy:
+        tail = "%d other NVIDIA GPU(s) on the PCI bus (%s)%s." % (len(healthy), _describe_gpus(healthy), said)
+    else:
+        tail = "No other NVIDIA GPU is on the PCI bus%s." % said
+    facts["msg"] = _lost_sentence(lost) + " " + tail
+
+
 def _finish_without_driver(facts, backend, failure, failed_by, pci_readable, pci_gpus):
     facts["gpus"] = pci_gpus
     facts["backend"] = "pci" if pci_readable else "none"
@@ -1117,6 +1460,14 @@ def _finish_without_driver(facts, backend, failure, failed_by, pci_readable, pci
             "host (or unload and reload the nvidia kernel modules) so that both are the same version.%s"
             % (facts["kernel_module_version"] or "version unknown", facts["library_version"] or "version unknown",
                said, (" " + on_bus + ".") if on_bus else "")
+        )
+        return
+    if state == STATE_GPU_LOST:
+        facts["state"] = STATE_GPU_LOST
+        facts["msg"] = (
+            "The NVIDIA driver reports a GPU lost from the bus%s but did not say which; reboot the host to "
+            "recover it (dmesg shows the Xid 79 line with its PCI address).%s"
+            % (said, (" " + on_bus + ".") if on_bus else "")
         )
         return
     if state == STATE_PROBE_ERROR:

@@ -23,9 +23,14 @@ description:
   - The PCI backend identifies GPUs on a host without a (working) driver from
     C(/sys/bus/pci/devices/*/{vendor,device,class}) and a built-in table of NVIDIA device IDs
     (Pascal to Blackwell data-center cards), so roles can tell what a fresh host needs.
-  - A host without a GPU, a driver that is not loaded, a driver/library version mismatch or output
-    that cannot be parsed are not failures. They are reported in C(state) with a clear C(msg). The
-    module fails only when the backend you forced cannot be used at all.
+  - A host without a GPU, a driver that is not loaded, a driver/library version mismatch, a GPU that
+    fell off the bus or output that cannot be parsed are not failures. They are reported in C(state)
+    with a clear C(msg). The module fails only when the backend you forced cannot be used at all.
+  - "A GPU that fell off the bus (Xid 79) is reported in C(lost_gpus), not in C(gpus), from whichever
+    source saw it: the C(nvidia-smi) line C(Unable to determine the device handle for GPU 0000:02:00.0:
+    GPU is lost.  Reboot the system to recover this GPU) (or C(... Unknown Error)), NVML's
+    C(NVML_ERROR_GPU_IS_LOST), or a PCI config space that reads all ones (C(lspci) shows C(rev ff)). The
+    state is then V(gpu_lost); the healthy GPUs are still listed and counted."
   - The module only reads. It runs C(nvidia-smi) and reads files under C(/proc) and C(/sys).
 author:
   - labfleet maintainers (@labfleet)
@@ -90,6 +95,11 @@ EXAMPLES = r"""
       - ansible_facts.nvidia.state in ['ok', 'no_gpu']
     fail_msg: "{{ ansible_facts.nvidia.msg }}"
 
+- name: List the GPUs that fell off the bus (they need a reboot)
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.nvidia.lost_gpus | map(attribute='bus_id') | join(', ') }}"
+  when: ansible_facts.nvidia.state == 'gpu_lost'
+
 - name: Identify GPUs on a fresh host before any driver is installed
   labfleet.vllm.gpu_facts:
     backend: pci
@@ -113,8 +123,9 @@ ansible_facts:
       contains:
         present:
           description:
-            - True only when a working driver (NVML or nvidia-smi) answered and listed at least one GPU.
-            - False, without failing, when there is no GPU or no working driver.
+            - True only when a working driver (NVML or nvidia-smi) answered and listed at least one GPU,
+              and no GPU fell off the bus.
+            - False, without failing, when there is no GPU, no working driver or a lost GPU.
           returned: always
           type: bool
           sample: true
@@ -126,9 +137,12 @@ ansible_facts:
               (not installed, not loaded, missing tools, or a driver branch that ignores these GPUs).
             - V(driver_library_mismatch) the loaded kernel module and the user-space library differ.
             - V(probe_error) something answered, but in a way this module could not understand.
+            - V(gpu_lost) at least one GPU fell off the bus (Xid 79; RV(ansible_facts.nvidia.lost_gpus) names
+              it); only a reboot brings it back. The other GPUs are still in RV(ansible_facts.nvidia.gpus).
+              A driver/library mismatch found at the same time keeps V(driver_library_mismatch).
           returned: always
           type: str
-          choices: [ok, no_gpu, driver_not_loaded, driver_library_mismatch, probe_error]
+          choices: [ok, no_gpu, driver_not_loaded, driver_library_mismatch, probe_error, gpu_lost]
           sample: ok
         msg:
           description: One sentence saying what was found and, when needed, what to do.
@@ -177,7 +191,7 @@ ansible_facts:
           type: bool
           sample: false
         count:
-          description: Number of GPUs in RV(ansible_facts.nvidia.gpus).
+          description: Number of GPUs in RV(ansible_facts.nvidia.gpus) (lost GPUs are not counted).
           returned: always
           type: int
           sample: 2
@@ -275,6 +289,44 @@ ansible_facts:
               sample: nvidia
             source:
               description: Backend that produced this entry (V(nvml), V(nvidia_smi) or V(pci)).
+              type: str
+              returned: always
+              sample: nvidia_smi
+        lost_gpus:
+          description:
+            - GPUs that fell off the bus (Xid 79), in PCI bus order; empty on a healthy host.
+            - Pass it to M(labfleet.vllm.deploy_gate) (option O(labfleet.vllm.deploy_gate#module:lost_gpus)),
+              which refuses with V(GPU_LOST).
+          returned: always
+          type: list
+          elements: dict
+          sample:
+            - bus_id: "0000:3b:00.0"
+              index: 0
+              message: "GPU is lost.  Reboot the system to recover this GPU"
+              source: nvidia_smi
+          contains:
+            bus_id:
+              description:
+                - PCI address in sysfs form. Null only when NVML reported the GPU lost and the PCI bus
+                  could not tell which one it is.
+              type: str
+              returned: always
+              sample: "0000:3b:00.0"
+            index:
+              description:
+                - GPU index as nvidia-smi numbers it, when the driver printed it or PCI bus order gives it
+                  unambiguously; null otherwise.
+              type: int
+              returned: always
+              sample: 0
+            message:
+              description: What the source said about it (the driver's words, or what the PCI config space reads).
+              type: str
+              returned: always
+              sample: "GPU is lost.  Reboot the system to recover this GPU"
+            source:
+              description: Where it was seen lost (V(nvidia_smi), V(nvml) or V(pci)).
               type: str
               returned: always
               sample: nvidia_smi

@@ -30,6 +30,7 @@ CASES = sorted(
 )
 FACT_KEYS = set(_gpu.base_facts())
 GPU_KEYS = set(_gpu.new_gpu("pci"))
+LOST_KEYS = set(_gpu.new_lost(None, None, "", "pci"))
 NVIDIA_SMI = "/usr/bin/nvidia-smi"
 
 
@@ -98,6 +99,11 @@ def build_host(tmp_path, name, case):
             (path / "current_link_speed").write_text(dev["link_speed"] + "\n")
         if "link_width" in dev:
             (path / "current_link_width").write_text(dev["link_width"] + "\n")
+        for attribute in ("revision", "modalias", "power_state"):
+            if attribute in dev:
+                (path / attribute).write_text(dev[attribute] + "\n")
+        if "config_hex" in dev:
+            (path / "config").write_bytes(bytes(bytearray.fromhex(dev["config_hex"])))
         if dev.get("driver"):
             target = drivers / dev["driver"]
             target.mkdir(exist_ok=True)
@@ -146,6 +152,15 @@ def check_shape(facts):
     assert len(facts["topology"]["pairs"]) == n * (n - 1) // 2
     assert isinstance(facts["nvlink"], bool)
     assert isinstance(facts["driver_library_mismatch"], bool)
+    assert isinstance(facts["lost_gpus"], list)
+    for lost in facts["lost_gpus"]:
+        assert set(lost) == LOST_KEYS
+        assert lost["source"] in _gpu.LOST_SOURCES
+        assert isinstance(lost["message"], str) and lost["message"]
+        assert lost["bus_id"] not in [gpu["pci_bus_id"] for gpu in facts["gpus"]]
+    if facts["lost_gpus"]:
+        assert facts["state"] in ("gpu_lost", "driver_library_mismatch")
+        assert facts["present"] is False
     json.dumps(facts)  # must be plain JSON
 
 
@@ -276,8 +291,9 @@ class FakeNvml:
 
     def __init__(self, gpus, init_error=None, count_error=None, handle_error=None, nvlinks=None,
                  ancestors=None, p2p=None, driver="550.54.14", cuda=12040, nvml_version="12.550.54.14",
-                 explode=None):
+                 explode=None, lost=()):
         self.gpus = gpus
+        self.lost = set(lost)  # handles whose every getter answers NVML_ERROR_GPU_IS_LOST
         self.init_error = init_error
         self.count_error = count_error
         self.handle_error = handle_error
@@ -292,6 +308,8 @@ class FakeNvml:
         self.p2p_indexes = []
 
     def _value(self, handle, key):
+        if handle in self.lost:
+            raise FakeNVMLError(15)
         value = self.gpus[handle][key]
         if value is UNSUPPORTED:
             raise FakeNVMLError(3)
@@ -486,12 +504,24 @@ def test_nvml_unexpected_exception_falls_back_to_nvidia_smi(tmp_path):
 
 
 def test_nvml_error_without_nvidia_smi_is_probe_error(tmp_path):
-    nvml = FakeNvml([v100_pcie("00000000:86:00.0", "GPU-a")], handle_error=(0, 15))
+    nvml = FakeNvml([v100_pcie("00000000:86:00.0", "GPU-a")], handle_error=(0, 999))
     _case, facts, _runner = nvml_probe(tmp_path, nvml, case="no_smi_pci_v100")
     check_shape(facts)
     assert facts["state"] == "probe_error"
-    assert "GPU is lost" in facts["msg"]
+    assert "Unknown Error (NVML error 999)" in facts["msg"]
     assert facts["count"] == 1 and facts["backend"] == "pci"
+
+
+def test_nvml_only_gpu_lost_takes_its_bus_id_from_pci(tmp_path):
+    nvml = FakeNvml([v100_pcie("00000000:86:00.0", "GPU-a")], handle_error=(0, 15))
+    case, facts, _runner = nvml_probe(tmp_path, nvml, case="no_smi_pci_v100")
+    check_shape(facts)
+    bus = case["pci"][0]["bus_id"]
+    assert facts["state"] == "gpu_lost" and facts["backend"] == "nvml" and facts["count"] == 0
+    assert facts["lost_gpus"] == [{"bus_id": bus, "index": 0, "source": "nvml",
+                                   "message": "nvmlDeviceGetHandleByIndex(0): GPU is lost (NVML error 15)"}]
+    assert "NVML lists no working GPU" in facts["msg"]
+    assert facts["probes"][0]["outcome"] == "gpu_lost"
 
 
 def test_nvml_library_version_differs_from_kernel(tmp_path):
@@ -756,3 +786,183 @@ else:
                            sysfs_root="/nonexistent-sysfs", proc_version_path="/nonexistent-proc",
                            lib_root="/nonexistent-root")
         check_shape(facts)
+
+
+# --------------------------------------------------------------------------------------------
+# A GPU that fell off the bus (Xid 79)
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line, bus_id, index, message", [
+    # JosephKJ/OWOD#81 (plain nvidia-smi)
+    ("Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost.  Reboot the system to recover "
+     "this GPU", "0000:02:00.0", None, "GPU is lost.  Reboot the system to recover this GPU"),
+    # NVIDIA/nvidia-docker#1553
+    ("Unable to determine the device handle for GPU 0000:09:00.0: Unknown Error", "0000:09:00.0", None,
+     "Unknown Error"),
+    # NVIDIA/nvidia-container-toolkit#69 (no space after GPU)
+    ("Unable to determine the device handle for GPU0000:65:00.0: Unknown Error", "0000:65:00.0", None,
+     "Unknown Error"),
+    # NVIDIA/open-gpu-kernel-modules#1342 (R610: the index first)
+    ("Unable to determine the device handle for GPU0: 0000:09:00.0: Unknown Error", "0000:09:00.0", 0,
+     "Unknown Error"),
+    ("\x1b[1mUnable to determine the device handle for GPU 00000000:3B:00.0: GPU is lost\x1b[0m", "0000:3b:00.0",
+     None, "GPU is lost"),
+])
+def test_split_lost_lines_spellings(line, bus_id, index, message):
+    lost, rest = _gpu.split_lost_lines("0, Tesla T4\n" + line + "\n")
+    assert lost == [{"bus_id": bus_id, "index": index, "message": message, "source": "nvidia_smi"}]
+    assert rest == "0, Tesla T4"
+
+
+def test_split_lost_lines_leaves_other_text():
+    assert _gpu.split_lost_lines("No devices were found\n") == ([], "No devices were found")
+    assert _gpu.split_lost_lines("Unable to determine the device handle for GPU: oops\n")[0] == []
+
+
+@pytest.mark.parametrize("rc, text, state", [
+    (15, "", "gpu_lost"),
+    (15, "Unable to determine the device handle for gpu: GPU is lost", "gpu_lost"),
+    (1, "NVRM: GPU has fallen off the bus", "gpu_lost"),
+    (15, "Segmentation fault", "probe_error"),
+])
+def test_classify_smi_failure_gpu_lost(rc, text, state):
+    assert _gpu.classify_smi_failure(rc, text) == state
+
+
+def test_lost_gpu_probes_and_message(tmp_path):
+    _case, facts, _runner = run_case(tmp_path, "v100x2_one_lost")
+    assert facts["msg"] == (
+        "1 NVIDIA GPU(s) fell off the bus (Xid 79): 0000:3b:00.0 (GPU 0) [nvidia-smi: GPU is lost.  Reboot the "
+        "system to recover this GPU]; reboot the host to bring it back, and if it happens again check the GPU's "
+        "power cables, seating and cooling. 1 other GPU(s) answer via nvidia-smi: 1x Tesla V100-PCIE-32GB, compute "
+        "capability 7.0; driver 550.54.14, CUDA unknown. Until the reboot a deployment on this host can use only "
+        "those: set tensor_parallel_size x pipeline_parallel_size to at most 1.")
+    smi = facts["probes"][1]
+    assert smi["backend"] == "nvidia_smi" and smi["outcome"] == "gpu_lost"
+    assert smi["detail"].startswith("1 GPU(s); 1 lost; nvidia-smi exited 15 (a GPU fell off the bus)")
+    assert facts["probes"][2] == {"backend": "pci", "outcome": "gpu_lost",
+                                  "detail": "2 NVIDIA display device(s), 1 not answering"}
+
+
+def test_lost_cell_in_a_query_row(tmp_path):
+    """A GPU lost after its handle opened: its cells read [GPU is lost]; the row is not a GPU."""
+    row = "1, [GPU is lost], [GPU is lost], 00000000:D8:00.0, " + ", ".join(["[GPU is lost]"] * 9)
+    healthy = _gpu_row_v100()
+    answers = {"query": {"rc": 0, "stdout": healthy + "\n" + row + "\n"}, "header": {"rc": 0, "stdout": ""}}
+    runner = FakeRunner("v100x2_pcie_550", answers)
+    facts = _gpu.probe(run_command=runner, nvidia_smi=NVIDIA_SMI, nvml_loader=lambda: None,
+                       sysfs_root=str(tmp_path / "nosys"), proc_version_path=str(tmp_path / "x"),
+                       lib_root=str(tmp_path))
+    check_shape(facts)
+    assert facts["state"] == "gpu_lost" and facts["count"] == 1
+    assert facts["lost_gpus"] == [{"bus_id": "0000:d8:00.0", "index": 1, "message": "GPU is lost",
+                                   "source": "nvidia_smi"}]
+
+
+def _gpu_row_v100():
+    with open(os.path.join(GPU_FIXTURES, "v100x2_pcie_550", "query.csv")) as handle:
+        return handle.read().splitlines()[0]
+
+
+def test_nvml_one_of_two_lost(tmp_path):
+    nvml = FakeNvml([v100_pcie("00000000:3B:00.0", "GPU-a"), v100_pcie("00000000:D8:00.0", "GPU-b")],
+                    handle_error=(0, 15))
+    _case, facts, runner = nvml_probe(tmp_path, nvml)
+    check_shape(facts)
+    assert runner.calls == []  # NVML answered: the healthy GPU is listed, the lost one named
+    assert facts["state"] == "gpu_lost" and facts["backend"] == "nvml" and facts["present"] is False
+    assert [gpu["pci_bus_id"] for gpu in facts["gpus"]] == ["0000:d8:00.0"]
+    assert facts["gpus"][0]["index"] == 1
+    assert facts["lost_gpus"] == [{"bus_id": "0000:3b:00.0", "index": 0, "source": "nvml",
+                                   "message": "nvmlDeviceGetHandleByIndex(0): GPU is lost (NVML error 15)"}]
+    assert facts["topology"] == {"matrix": {"1": {}}, "pairs": []}
+    assert "1 other GPU(s) answer via NVML" in facts["msg"]
+
+
+def test_nvml_gpu_lost_after_its_handle_opened(tmp_path):
+    nvml = FakeNvml([v100_pcie("00000000:3B:00.0", "GPU-a"), v100_pcie("00000000:D8:00.0", "GPU-b")], lost={1})
+    _case, facts, _runner = nvml_probe(tmp_path, nvml)
+    check_shape(facts)
+    assert facts["count"] == 1 and facts["gpus"][0]["pci_bus_id"] == "0000:3b:00.0"
+    assert facts["lost_gpus"] == [{"bus_id": "0000:d8:00.0", "index": 1, "source": "nvml",
+                                   "message": "nvmlDeviceGetName: GPU is lost (NVML error 15)"}]
+
+
+def test_nvml_lost_at_count_lets_nvidia_smi_name_the_gpu(tmp_path):
+    nvml = FakeNvml([], count_error=15)
+    _case, facts, runner = nvml_probe(tmp_path, nvml, case="v100x2_one_lost")
+    check_shape(facts)
+    assert runner.calls[0] == "query"
+    assert facts["backend"] == "nvidia_smi" and facts["state"] == "gpu_lost"
+    assert facts["probes"][0]["outcome"] == "gpu_lost"
+    assert [lost["bus_id"] for lost in facts["lost_gpus"]] == ["0000:3b:00.0"]
+
+
+def test_nvml_lost_and_nothing_else_answers_is_gpu_lost(tmp_path):
+    nvml = FakeNvml([], count_error=15)
+    case = load_case("pci_rev_ff")
+    facts = _gpu.probe(nvml_loader=lambda: nvml, **build_host(tmp_path, "pci_rev_ff", case))
+    check_shape(facts)
+    assert facts["state"] == "gpu_lost" and facts["backend"] == "pci"
+    assert [lost["source"] for lost in facts["lost_gpus"]] == ["pci"]
+    assert "(the driver: NVML nvmlDeviceGetCount failed: GPU is lost (NVML error 15))" in facts["msg"]
+
+
+def test_driver_gpu_listed_healthy_is_not_lost_whatever_sysfs_says(tmp_path):
+    case = load_case("v100x2_pcie_550")
+    case["pci"][0].update(revision="0xff")
+    host = build_host(tmp_path, "v100x2_pcie_550", case)
+    facts = _gpu.probe(run_command=FakeRunner("v100x2_pcie_550", case["commands"]), nvidia_smi=NVIDIA_SMI,
+                       nvml_loader=lambda: None, **host)
+    check_shape(facts)
+    assert facts["state"] == "ok" and facts["lost_gpus"] == [] and facts["count"] == 2
+
+
+def test_pci_lost_gpu_reading_all_ones_is_found_by_modalias_or_driver(tmp_path):
+    case = {"pci": [
+        # vendor/class re-read from the dead device; the cached modalias still names it
+        {"bus_id": "0000:3b:00.0", "vendor": "0xffff", "device": "0xffff", "class": "0xffffff",
+         "modalias": "pci:v000010DEd00001DB6sv000010DEsd00001212bc03sc02i00", "config_hex": "ffffffff"},
+        # the same without modalias, bound to nvidia
+        {"bus_id": "0000:5e:00.0", "vendor": "0xffff", "device": "0xffff", "class": "0xffffff", "driver": "nvidia"},
+        # its audio function: lost too, but not a GPU
+        {"bus_id": "0000:5e:00.1", "vendor": "0xffff", "device": "0xffff", "class": "0xffffff",
+         "modalias": "pci:v000010DEd000010F0sv000010DEsd00001212bc04sc03i00", "driver": "snd_hda_intel"},
+        # another vendor's dead device: not ours
+        {"bus_id": "0000:86:00.0", "vendor": "0xffff", "device": "0xffff", "class": "0xffffff"},
+        # a notebook GPU powered off by the kernel reads all ones too, and is not lost
+        {"bus_id": "0000:af:00.0", "device": "0x1db6", "class": "0x030200", "revision": "0xff",
+         "power_state": "D3cold"},
+        {"bus_id": "0000:d8:00.0", "device": "0x1db6", "class": "0x030200", "revision": "0xa1",
+         "config_hex": "de10b61d"},
+    ]}
+    host = build_host(tmp_path, "none", case)
+    readable, gpus, lost = _gpu.read_pci_devices(host["sysfs_root"])
+    assert readable is True
+    assert [(item["bus_id"], item["index"], item["source"]) for item in lost] == [
+        ("0000:3b:00.0", 0, "pci"), ("0000:5e:00.0", 1, "pci")]
+    assert lost[0]["message"] == ("the device no longer answers on the PCI bus (vendor 0xffff, class 0xffffff, "
+                                  "config space all 0xff; lspci shows it as rev ff)")
+    assert [(gpu["pci_bus_id"], gpu["index"]) for gpu in gpus] == [("0000:af:00.0", 2), ("0000:d8:00.0", 3)]
+    assert _gpu.read_pci(host["sysfs_root"]) == (True, gpus)
+
+
+def test_merge_lost_fills_bus_ids_and_indices():
+    healthy = [dict(_gpu.new_gpu("nvml", 1), pci_bus_id="0000:5e:00.0")]
+    pci_gpus = [dict(_gpu.new_gpu("pci", 1), pci_bus_id="0000:5e:00.0"),
+                dict(_gpu.new_gpu("pci", 2), pci_bus_id="0000:86:00.0")]
+    pci_lost = [_gpu.new_lost("0000:3b:00.0", 0, "dead", "pci")]
+    nvml_lost = [_gpu.new_lost(None, 0, "GPU is lost", "nvml")]
+    # one unnamed NVML GPU, one dead PCI device: that is it, with NVML's words
+    assert _gpu.merge_lost(nvml_lost, healthy, pci_gpus, pci_lost) == [
+        {"bus_id": "0000:3b:00.0", "index": 0, "message": "GPU is lost", "source": "nvml"}]
+    # a dead PCI device the driver did not mention is added; a listed GPU never is
+    assert _gpu.merge_lost([], healthy, pci_gpus, pci_lost + [_gpu.new_lost("0000:5e:00.0", 1, "x", "pci")]) == [
+        {"bus_id": "0000:3b:00.0", "index": 0, "message": "dead", "source": "pci"}]
+    # two unnamed GPUs and one candidate: no guess, and the dead device is not counted a third time
+    two = [_gpu.new_lost(None, 0, "a", "nvml"), _gpu.new_lost(None, 2, "b", "nvml")]
+    assert [(item["bus_id"], item["index"]) for item in _gpu.merge_lost(two, healthy, pci_gpus[:1], pci_lost)] == [
+        (None, 0), (None, 2)]
+    # indices that disagree with PCI order are not inferred
+    odd = [dict(_gpu.new_gpu("nvml", 0), pci_bus_id="0000:5e:00.0")]
+    assert _gpu.merge_lost([_gpu.new_lost("0000:3b:00.0", None, "x", "nvidia_smi")], odd, [], [])[0]["index"] is None

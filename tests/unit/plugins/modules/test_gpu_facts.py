@@ -158,6 +158,21 @@ def test_main_check_mode_reads_the_same(host):
     assert [call[1:2] for call in host["calls"]] == [[host["calls"][0][1]], [], ["topo"]]
 
 
+def test_main_one_gpu_lost_is_a_state_not_a_failure(host):
+    host["bin"] = "/usr/bin/nvidia-smi"
+    lost_line = "Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU\n"
+    rows = fixture_text("v100x2_pcie_550", "query.csv").splitlines()
+    host["answers"] = {"query": (15, lost_line + rows[1] + "\n", ""), "header": (15, lost_line, "")}
+    result = run_main({})
+    assert "failed" not in result and result["changed"] is False
+    nvidia = result["ansible_facts"]["nvidia"]
+    assert nvidia["state"] == "gpu_lost" and nvidia["present"] is False
+    assert nvidia["count"] == 1 and nvidia["gpus"][0]["pci_bus_id"] == "0000:d8:00.0"
+    assert nvidia["lost_gpus"] == [{"bus_id": "0000:3b:00.0", "index": 0, "source": "nvidia_smi",
+                                    "message": "GPU is lost.  Reboot the system to recover this GPU"}]
+    assert "reboot the host" in nvidia["msg"]
+
+
 def test_main_no_gpu_no_driver(host):
     result = run_main({})
     nvidia = result["ansible_facts"]["nvidia"]
@@ -236,6 +251,7 @@ def test_return_documents_every_fact():
     assert set(nvidia) == set(_gpu.base_facts())
     assert set(nvidia["gpus"]["contains"]) == set(_gpu.new_gpu("pci"))
     assert set(nvidia["state"]["choices"]) == set(_gpu.STATES)
+    assert set(nvidia["lost_gpus"]["contains"]) == set(_gpu.new_lost(None, None, "", "pci"))
     for name, entry in nvidia.items():
         assert {"description", "returned", "type", "sample"} <= set(entry), name
     for name, entry in nvidia["gpus"]["contains"].items():
@@ -273,6 +289,10 @@ FAKE_EXPECT = {
     "not_loaded": dict(state="driver_not_loaded", present=False, count=0),
     "mismatch": dict(state="driver_library_mismatch", present=False, driver_library_mismatch=True,
                      library_version="550.90"),
+    "v100x2_one_lost": dict(state="gpu_lost", present=False, count=1, backend="nvidia_smi",
+                            driver_version="550.54.14", cuda_driver_version=None,
+                            lost_gpus=[{"bus_id": "0000:3b:00.0", "index": 0, "source": "nvidia_smi",
+                                        "message": "GPU is lost.  Reboot the system to recover this GPU"}]),
 }
 
 
@@ -294,6 +314,14 @@ def test_fake_v100_details(tmp_path):
     assert facts["gpus"][0]["pci_bus_id"] == "0000:3b:00.0"
     assert facts["gpus"][0]["memory_total_mib"] == 32768
     assert facts["topology"]["pairs"] == [{"a": 0, "b": 1, "link": "SYS"}]
+
+
+def test_fake_one_lost_keeps_the_healthy_gpu(tmp_path):
+    facts = probe_fake(tmp_path, "v100x2_one_lost")
+    assert [(gpu["index"], gpu["pci_bus_id"]) for gpu in facts["gpus"]] == [(1, "0000:d8:00.0")]
+    assert facts["msg"].startswith("1 NVIDIA GPU(s) fell off the bus (Xid 79): 0000:3b:00.0 (GPU 0)")
+    rc, out, _err = fake_runner("v100x2_one_lost")(["nvidia-smi", "topo", "-m"])
+    assert rc == 15 and out.startswith("Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost.")
 
 
 def test_fake_r470_falls_back_to_table(tmp_path):
