@@ -19,6 +19,10 @@ description:
     model directory and Docker's data root. A path that does not exist yet is measured on its
     closest existing parent.
   - Reports the Docker engine and nvidia-container-toolkit versions when they are installed.
+  - Reports what decides whether the container runtime checks an image's C(NVIDIA_REQUIRE_CUDA), namely the
+    toolkit's mode (C(/etc/nvidia-container-runtime/config.toml)), Docker's default runtime and CDI
+    state (C(docker info), or C(/etc/docker/daemon.json) when the engine does not answer) and the
+    CDI specs present.
   - Changes nothing; check mode is supported.
 options:
   disk_paths:
@@ -76,12 +80,34 @@ ansible_facts:
           sample: {"model": {"path": "/srv/models/llama", "measured_at": "/srv", "exists": false,
                    "free_mib": 812345, "total_mib": 937000}}
         container:
-          description: Docker client and server versions, the last line of Docker's error when the engine does
-            not answer, and the nvidia-container-cli and nvidia-ctk versions; each null when absent.
+          description:
+            - Docker client and server versions, the last line of Docker's error when the engine does
+              not answer, and the nvidia-container-cli and nvidia-ctk versions; each null when absent.
+            - What decides whether the runtime checks the image's C(NVIDIA_REQUIRE_CUDA) (see
+              docs/container_runtime.md), each null when unknown. C(toolkit_version);
+              C(nvidia_container_runtime_hook) and C(nvidia_cdi_hook) (paths, null when not installed);
+              C(toolkit_config) (C(path), C(exists), C(error), C(mode) (null = not set, which means auto),
+              C(disable_require), C(skip_mode_detection) from C(/etc/nvidia-container-runtime/config.toml));
+              C(nvidia_runtime_mode) (what the nvidia runtime resolves its mode to; auto is legacy before
+              toolkit 1.18 and jit-cdi from 1.18); C(docker_config_source) (C(docker info), or C(daemon.json)
+              when the engine does not answer), C(docker_default_runtime), C(docker_runtimes) (name to path),
+              C(docker_cdi_enabled), C(docker_cdi_spec_dirs); C(cdi_specs) (C(path), C(kind), C(has_all)
+              for each spec in C(/etc/cdi), C(/var/run/cdi) and Docker's spec directories).
           returned: always
           type: dict
           sample: {"docker_client_version": "26.1.5", "docker_server_version": "26.1.5", "docker_error": null,
-                   "nvidia_container_cli_version": "1.17.8", "nvidia_ctk_version": "1.17.8"}
+                   "nvidia_container_cli_version": "1.18.2", "nvidia_ctk_version": "1.18.2",
+                   "toolkit_version": "1.18.2",
+                   "nvidia_container_runtime_hook": "/usr/bin/nvidia-container-runtime-hook",
+                   "nvidia_cdi_hook": "/usr/bin/nvidia-cdi-hook",
+                   "toolkit_config": {"path": "/etc/nvidia-container-runtime/config.toml", "exists": true,
+                                      "error": null, "mode": "auto", "disable_require": false,
+                                      "skip_mode_detection": false},
+                   "nvidia_runtime_mode": "jit-cdi", "docker_config_source": "docker info",
+                   "docker_default_runtime": "runc",
+                   "docker_runtimes": {"nvidia": "nvidia-container-runtime", "runc": "runc"},
+                   "docker_cdi_enabled": true, "docker_cdi_spec_dirs": ["/etc/cdi", "/var/run/cdi"],
+                   "cdi_specs": [{"path": "/var/run/cdi/nvidia.yaml", "kind": "nvidia.com/gpu", "has_all": true}]}
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -33,7 +33,10 @@ def test_reads_cpu_disk_and_container(tmp_path, capsys):
     assert facts["disk"]["model"]["exists"] is False
     assert facts["disk"]["here"]["exists"] is True
     assert facts["disk"]["here"]["free_mib"] <= facts["disk"]["here"]["total_mib"]
-    assert set(facts["container"]) >= {"docker_server_version", "nvidia_container_cli_version"}
+    assert set(facts["container"]) >= {"docker_server_version", "nvidia_container_cli_version", "toolkit_version",
+                                       "toolkit_config", "nvidia_runtime_mode", "docker_default_runtime",
+                                       "docker_cdi_enabled", "cdi_specs"}
+    assert facts["container"]["toolkit_config"]["path"] == "/etc/nvidia-container-runtime/config.toml"
 
 
 def test_relative_disk_path_is_refused_with_a_fix(tmp_path, capsys):
