@@ -18,6 +18,7 @@ import datetime
 import math
 import re
 
+from ansible_collections.labfleet.vllm.plugins.module_utils._vllm_memory import profile_reserve
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
     POLICY_VERSION,
     DTYPE_ALIASES,
@@ -30,7 +31,9 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
     coerce_bool,
     coerce_int,
     compare_versions,
+    ct_scheme_need,
     cuda_version_from_nvml,
+    kv_cache_dtypes_for,
     driver_branch_eol,
     evaluate_require_cuda,
     format_cc,
@@ -56,6 +59,7 @@ MIB = 1024 ** 2
 # Every code the gate can emit, with its meaning (documentation and tests read these tables).
 REASON_CODES = {
     "NO_GPU": "No NVIDIA GPU was found on the host.",
+    "GPU_LOST": "A GPU fell off the bus (Xid 79, 'GPU is lost'); only a reboot brings it back.",
     "COMPUTE_CAPABILITY_UNKNOWN": "A GPU's compute capability is unknown (unidentified device).",
     "COMPUTE_CAPABILITY_TOO_LOW": "A GPU is below the minimum compute capability of the requested vLLM.",
     "HETEROGENEOUS_GPUS": "The host mixes GPUs of different compute capabilities.",
@@ -67,8 +71,12 @@ REASON_CODES = {
     "IMAGE_LACKS_ARCH": "The image has no kernels (SASS or usable PTX) for the GPU's compute capability.",
     "PTX_NEWER_THAN_DRIVER": "The GPU is reached only through PTX that is newer than the driver can JIT-compile.",
     "DTYPE_UNSUPPORTED": "The requested dtype (or KV cache dtype) needs a higher compute capability.",
+    "KV_CACHE_DTYPE_UNSUPPORTED": "The image's vLLM release does not accept the --kv-cache-dtype value.",
     "QUANTIZATION_UNSUPPORTED_ON_ARCH": "The quantization method needs a higher compute capability.",
-    "QUANTIZATION_UNKNOWN_TO_IMAGE": "The image's vLLM build does not know the quantization method.",
+    "QUANTIZATION_UNKNOWN_TO_IMAGE": "The image's vLLM build does not know the quantization method (or the "
+                                     "checkpoint's compressed-tensors scheme).",
+    "QUANTIZATION_MISMATCH": "vllm.quantization names another method than the checkpoint's quant_method.",
+    "QUANTIZATION_DTYPE_UNSUPPORTED": "The quantization method does not run with the serving dtype.",
     "INSUFFICIENT_VRAM": "The weights, or the KV cache of one max_model_len sequence, do not fit in GPU memory.",
     "TENSOR_PARALLEL_EXCEEDS_GPUS": "tensor_parallel_size x pipeline_parallel_size exceeds the GPU count.",
 }
@@ -83,13 +91,13 @@ WARNING_CODES = {
     "REQUIRE_CUDA_UNDECIDED": "NVIDIA_REQUIRE_CUDA could not be decided (GPU brand or driver CUDA unknown).",
     "PTX_JIT_ONLY": "The image reaches the GPU only through PTX JIT (slow first start, no SASS).",
     "PCIE_WITHOUT_P2P": "Tensor parallelism over GPUs without NVLink: all-reduce crosses PCIe.",
-    "DTYPE_AUTOFIXED": "dtype (or kv_cache_dtype) auto/bfloat16 was changed to float16 for a GPU below 8.0.",
+    "DTYPE_AUTOFIXED": "dtype auto/bfloat16 was changed to float16 for a GPU below 8.0, or kv_cache_dtype to auto "
+                       "(bfloat16 on such a GPU, or a value the release does not accept).",
     "DTYPE_AUTO_UNRESOLVED": "dtype auto with an unknown checkpoint dtype on a GPU without bfloat16.",
     "KV_CACHE_DTYPE_UNVERIFIED": "An FP8 KV cache on this compute capability is not verified.",
     "QUANTIZATION_UNKNOWN_TO_POLICY": "The quantization method is not in the policy; its needs were not checked.",
-    "QUANTIZATION_SCHEME_UNCHECKED": "compressed-tensors: the scheme's own minimum compute capability "
-                                     "was not checked.",
-    "QUANTIZATION_MISMATCH": "vllm.quantization differs from the checkpoint's quant_method.",
+    "QUANTIZATION_SCHEME_UNCHECKED": "compressed-tensors: the scheme could not be judged (unknown scheme "
+                                     "or vLLM version, or its kernel is chosen at load).",
     "MAX_MODEL_LEN_EXCEEDS_MODEL": "max_model_len is above the model's max_position_embeddings.",
     "MEMORY_PLAN_INCOMPLETE": "Inputs for the memory plan are missing; the VRAM check was partial.",
     "WEIGHTS_ESTIMATED": "Weight bytes were estimated from param_count.",
@@ -233,9 +241,37 @@ def _cuda_driver_tuple(value, where):
     return parsed[:2]
 
 
+_BUS_ID_RE = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
+
+
+def _lost_gpus(value):
+    """lost_gpus: GPUs that fell off the bus (gpu_facts' lost_gpus): [{bus_id, index, message}]."""
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        raise GateInputError("lost_gpus: expected a list of mappings with bus_id (gpu_facts' lost_gpus), got %s"
+                             % _tname(value))
+    out = []
+    for index, item in enumerate(value):
+        where = "lost_gpus[%d]" % index
+        if not isinstance(item, dict):
+            raise GateInputError("%s: expected a mapping with bus_id, index and message, got %s" % (where, _tname(item)))
+        bus_id = _to_str(item.get("bus_id"), where + ".bus_id", allow_numbers=False)
+        # null: the driver said a GPU is lost but no address could be matched to it (gpu_facts).
+        if bus_id is not None and not _BUS_ID_RE.match(bus_id.strip()):
+            raise GateInputError("%s.bus_id: expected a PCI bus ID like '0000:02:00.0' or null, got %s"
+                                 % (where, _short(item.get("bus_id"))))
+        gpu_index = _to_int(item.get("index"), where + ".index", minimum=0, maximum=4096)
+        message = _to_str(item.get("message"), where + ".message", allow_numbers=False)
+        out.append({"bus_id": bus_id.strip() if bus_id else None, "index": gpu_index,
+                    "message": (message or "").strip()})
+    return out
+
+
 def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm=None,
                     policy_overrides=None, nvlink=None, driver_library_mismatch=False,
-                    cuda_driver_version=None):
+                    cuda_driver_version=None, lost_gpus=None, require_cuda_enforced=None,
+                    runtime_mode_why=None):
     """Check and normalize every gate input. Returns a dict; raises GateInputError naming the
     field and what is expected. Unknown keys inside gpus[], image, model and vllm are ignored
     (vllm's are passed through to effective_vllm)."""
@@ -267,6 +303,10 @@ def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm
         norm_gpus.append({"name": name.strip() or "GPU %d" % index, "cc": cc, "memory_mib": memory,
                           "brand": brand.strip().lower() if brand else None})
     out["gpus"] = norm_gpus
+    out["lost_gpus"] = _lost_gpus(lost_gpus)
+    out["require_cuda_enforced"] = _to_bool(require_cuda_enforced, "require_cuda_enforced")
+    why = _to_str(runtime_mode_why, "runtime_mode_why", allow_numbers=False)
+    out["runtime_mode_why"] = why.strip() if why else None
 
     # driver -----------------------------------------------------------------------------------
     if driver_version is None or (isinstance(driver_version, str) and driver_version.strip() == ""):
@@ -331,8 +371,10 @@ def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm
     mdl["param_count"] = int(param_count) if param_count is not None else None
     mdl["quant_method_text"] = _to_str(model.get("quant_method"), "model.quant_method", allow_numbers=False)
     mdl["quant_method"] = canonical_quant(mdl["quant_method_text"])
+    scheme = _to_str(model.get("quant_scheme"), "model.quant_scheme", allow_numbers=False)
+    mdl["quant_scheme"] = scheme.strip().lower() if scheme and scheme.strip() else None
     for key in ("num_hidden_layers", "num_key_value_heads", "head_dim", "max_position_embeddings",
-                "num_attention_heads", "hidden_size"):
+                "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size"):
         mdl[key] = _to_int(model.get(key), "model.%s" % key, minimum=1, maximum=2 ** 40)
     torch_dtype = _to_str(model.get("torch_dtype"), "model.torch_dtype", allow_numbers=False)
     mdl["torch_dtype"] = None
@@ -438,6 +480,30 @@ def _arch_support(entries, cc):
     (_policy.arch_reach, the one coverage rule)."""
     return arch_reach([(arch[0], arch[1], "a" if exact else "", kind == "sass", kind == "ptx")
                        for arch, kind, exact in entries], cc)
+
+
+def _value_since(table, version):
+    """The value of the newest "since" key at or below ``version`` (the first key's value when the
+    version is older or unknown)."""
+    rows = sorted(((parse_version(k), k) for k in table if parse_version(k)), key=lambda r: r[0] + (0,) * 8)
+    if not rows:
+        return None
+    chosen = rows[0][1]
+    if version is not None:
+        for parsed, key in rows:
+            if compare_versions(version, parsed) >= 0:
+                chosen = key
+    return table[chosen]
+
+
+def _maybe_int(value):
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip()) or None
+    return None
 
 
 def _release_for(policy, version):
@@ -553,7 +619,8 @@ def input_errors_only(func, *args, **kwargs):
 
 
 def evaluate(gpus=None, driver_version=None, image=None, model=None, vllm=None, policy_overrides=None,
-             nvlink=None, driver_library_mismatch=False, cuda_driver_version=None, today=None):
+             nvlink=None, driver_library_mismatch=False, cuda_driver_version=None, today=None,
+             lost_gpus=None, require_cuda_enforced=None, runtime_mode_why=None):
     """Decide whether the requested vLLM deployment can work on a host.
 
     Returns {allowed, reasons, warnings, effective_vllm, plan, driver_requirements,
@@ -561,15 +628,17 @@ def evaluate(gpus=None, driver_version=None, image=None, model=None, vllm=None, 
     Raises GateInputError, and only that, on malformed input.
     """
     return input_errors_only(_evaluate, gpus, driver_version, image, model, vllm, policy_overrides, nvlink,
-                             driver_library_mismatch, cuda_driver_version, today)
+                             driver_library_mismatch, cuda_driver_version, today, lost_gpus,
+                             require_cuda_enforced, runtime_mode_why)
 
 
 def _evaluate(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, driver_library_mismatch,
-              cuda_driver_version, today):
+              cuda_driver_version, today, lost_gpus=None, require_cuda_enforced=None, runtime_mode_why=None):
     inputs = validate_inputs(gpus=gpus, driver_version=driver_version, image=image, model=model,
                              vllm=vllm, policy_overrides=policy_overrides, nvlink=nvlink,
                              driver_library_mismatch=driver_library_mismatch,
-                             cuda_driver_version=cuda_driver_version)
+                             cuda_driver_version=cuda_driver_version, lost_gpus=lost_gpus,
+                             require_cuda_enforced=require_cuda_enforced, runtime_mode_why=runtime_mode_why)
     if today is None:
         today = datetime.date.today()
     elif not isinstance(today, datetime.date):
@@ -596,6 +665,7 @@ class _Evaluation:
         self.host_cuda = None
         self.host_cuda_exact = False
         self.forward_compat = False
+        self.mvc_warned = False
         self.arch_keys_cache = []
 
     def reason(self, code, message):
@@ -621,7 +691,30 @@ class _Evaluation:
         return "vLLM"
 
     # -- checks ------------------------------------------------------------------------------
+    def check_lost(self):
+        lost = self.inputs["lost_gpus"]
+        if not lost:
+            return
+        names = ", ".join((g["bus_id"] or "a GPU at an unknown bus address")
+                          + (" (GPU %d)" % g["index"] if g["index"] is not None else "") for g in lost)
+        said = lost[0]["message"]
+        healthy = len(self.gpus)
+        tp = self.args["tensor_parallel_size"] or 1
+        pp = self.args["pipeline_parallel_size"] or 1
+        fewer = ""
+        if healthy:
+            fewer = ("; or plan on the %d healthy GPU%s: give the instance those GPUs and set "
+                     "tensor_parallel_size x pipeline_parallel_size to at most %d (now %d)"
+                     % (healthy, "" if healthy == 1 else "s", healthy, tp * pp))
+        self.reason("GPU_LOST",
+                    "%s fell off the bus%s (Xid 79: the driver no longer reaches %s; lspci shows it as rev ff): "
+                    "reboot the host to recover it, and if it drops again check its power, seating and "
+                    "temperature%s" % (names, " (nvidia-smi: '%s')" % _clip(said, 120) if said else "",
+                                       "it" if len(lost) == 1 else "them", fewer))
+
     def check_gpus(self):
+        if not self.gpus and self.inputs["lost_gpus"]:
+            return
         if not self.gpus:
             self.reason("NO_GPU", "no NVIDIA GPU was found on this host; vLLM's CUDA image needs at least "
                                   "one: check that the GPU is seated and visible (lspci, gpu_facts) or "
@@ -778,6 +871,15 @@ class _Evaluation:
             host_label = "CUDA %s or newer" % _fmt_version(host_cuda[:2])
         native_ok = None
         alternatives = self.image["require"]
+        enforced = self.inputs["require_cuda_enforced"]
+        mode_why = self.inputs["runtime_mode_why"]
+        major = str(cuda[0]) if cuda else None
+        mvc = self.policy["minor_version_compatibility"].get(major) if major else None
+        floor = parse_driver_version(str(mvc["driver_min"])) if mvc else None
+        if alternatives and enforced is False:
+            # CDI / jit-cdi mode, or NVIDIA_DISABLE_REQUIRE: nothing reads NVIDIA_REQUIRE_CUDA; the
+            # CUDA runtime in the image decides (minor-version compatibility, below).
+            alternatives = None
         if alternatives:
             results = []
             for gpu in self.distinct() or [None]:
@@ -795,15 +897,36 @@ class _Evaluation:
             values = set(r[0] for r in results)
             if values == set([True]):
                 native = all(any(all(c[0] in ("cuda", "arch") for c in alt) for alt in r[1]) for r in results)
-                if not native:
+                if not native and floor is not None and compare_versions(driver, floor) >= 0:
+                    # The brand clause lets the runtime admit it; the CUDA runtime then runs through
+                    # minor-version compatibility (the driver is at or above the major's floor): no
+                    # cuda-compat libraries are involved (S-MVC).
+                    native = True
+                    if self.host_cuda_exact or host_cuda is None:
+                        self.warn("CUDA_MINOR_VERSION_COMPAT",
+                                  "the container runtime admits this image on driver %s (%s) through the clause '%s' "
+                                  "of NVIDIA_REQUIRE_CUDA, and the image's CUDA %s then runs through minor-version "
+                                  "compatibility (CUDA %s needs driver %s or newer): it works without the image's "
+                                  "cuda-compat libraries (leave VLLM_ENABLE_CUDA_COMPATIBILITY unset), but PTX newer "
+                                  "than the driver cannot be JIT-compiled; a driver with CUDA %s or newer lifts that"
+                                  % (text, host_label, format_require_alternative(results[0][1][0]),
+                                     _fmt_version(cuda) if cuda else "?", major, _fmt_version(floor),
+                                     _fmt_version(cuda[:2]) if cuda else "?"))
+                    native_ok = True
+                    self.mvc_warned = True
+                elif not native:
                     self.forward_compat = True
                     self.warn("FORWARD_COMPAT_REQUIRED",
-                              "the container runtime admits this image on driver %s (%s) only through a "
-                              "forward-compatibility clause of NVIDIA_REQUIRE_CUDA (%s): it needs the image's "
-                              "cuda-compat libraries, which work on data-center GPUs only (vLLM >= 0.17: "
-                              "-e VLLM_ENABLE_CUDA_COMPATIBILITY=1); a newer driver avoids this"
-                              % (text, host_label, format_require_alternative(results[0][1][0])))
-                native_ok = native
+                              "the container runtime admits this image on driver %s (%s) only through the clause "
+                              "'%s' of NVIDIA_REQUIRE_CUDA, and the driver is below CUDA %s's minor-version-"
+                              "compatibility floor (%s): the image runs only with its cuda-compat libraries, on "
+                              "data-center GPUs only (vLLM >= 0.17 images: -e VLLM_ENABLE_CUDA_COMPATIBILITY=1); a "
+                              "driver of %s or newer avoids this"
+                              % (text, host_label, format_require_alternative(results[0][1][0]), major or "?",
+                                 _fmt_version(floor) if floor else "?", _fmt_version(floor) if floor else "a newer branch"))
+                    native_ok = False
+                else:
+                    native_ok = True
             elif False in values:
                 failing = [r for r in results if r[0] is False][0]
                 wanted = None
@@ -821,11 +944,23 @@ class _Evaluation:
                         fix = "install %s, or %s" % (_branch_advice(branches[0], top), fix)
                     elif top is not None:
                         fix = "no driver that drives these GPUs reaches CUDA %s: %s" % (_fmt_version(wanted), fix)
+                if enforced:
+                    who = "the container runtime will refuse to start it (%s)" % (
+                        mode_why or "its legacy hook checks NVIDIA_REQUIRE_CUDA")
+                else:
+                    who = ("the container runtime refuses to start it in legacy mode, which checks "
+                           "NVIDIA_REQUIRE_CUDA (the default with docker --gpus; this host's mode is unknown%s)"
+                           % (": " + mode_why if mode_why else ""))
+                if cuda is not None and floor is not None and compare_versions(driver, floor) >= 0:
+                    fix += ("; or let the image run through minor-version compatibility (driver %s is at or above "
+                            "CUDA %s's floor %s): run the runtime in CDI mode or set NVIDIA_DISABLE_REQUIRE=true in "
+                            "the container's environment, which skip this check"
+                            % (text, major, _fmt_version(floor)))
                 self.reason("DRIVER_TOO_OLD_FOR_IMAGE",
                             "the image requires NVIDIA_REQUIRE_CUDA='%s' and driver %s (%s%s) matches none of "
-                            "its alternatives, so the container runtime will refuse to start it: %s"
+                            "its alternatives, so %s: %s"
                             % (_clip(self.image["require_text"]), text, host_label,
-                               ", brand %s" % failing[2] if failing[2] else "", fix))
+                               ", brand %s" % failing[2] if failing[2] else "", who, fix))
                 return
             else:
                 self.warn("REQUIRE_CUDA_UNDECIDED",
@@ -834,14 +969,17 @@ class _Evaluation:
                           "cuda_driver_version" % (text, host_label, _clip(self.image["require_text"])))
         if cuda is None or self.forward_compat:
             return
-        major = str(cuda[0])
-        mvc = self.policy["minor_version_compatibility"].get(major)
-        floor = parse_driver_version(str(mvc["driver_min"])) if mvc else None
         if floor is not None and compare_versions(driver, floor) < 0 and native_ok is not True:
+            unchecked = ""
+            if enforced is False and self.image["require"]:
+                unchecked = (" (NVIDIA_REQUIRE_CUDA is not checked here: %s; the CUDA runtime in the image then "
+                             "fails with 'CUDA driver version is insufficient for CUDA runtime version')"
+                             % (mode_why or "the runtime does not read it"))
             self.reason("DRIVER_TOO_OLD_FOR_IMAGE",
                         "the image's CUDA %s needs driver %s or newer (CUDA %s minor-version-compatibility "
-                        "floor) and the host has %s: %s"
-                        % (_fmt_version(cuda), _fmt_version(floor), major, text, self.driver_fix(cuda)))
+                        "floor) and the host has %s%s: %s; on data-center GPUs the image's cuda-compat libraries "
+                        "are the other way (vLLM >= 0.17 images: -e VLLM_ENABLE_CUDA_COMPATIBILITY=1)"
+                        % (_fmt_version(cuda), _fmt_version(floor), major, text, unchecked, self.driver_fix(cuda)))
             return
         if floor is None and host_cuda is not None and compare_versions(host_cuda[:2], cuda[:2]) < 0 \
                 and native_ok is not True:
@@ -852,7 +990,7 @@ class _Evaluation:
                         % (_fmt_version(cuda), text, host_label, need, self.driver_fix(cuda)))
             return
         if host_cuda is not None and compare_versions(host_cuda[:2], cuda[:2]) < 0:
-            if not self.host_cuda_exact:
+            if not self.host_cuda_exact or self.mvc_warned:
                 return
             self.warn("CUDA_MINOR_VERSION_COMPAT",
                       "the image's CUDA %s is newer than driver %s (CUDA %s): it runs through minor "
@@ -974,14 +1112,29 @@ class _Evaluation:
                         "%s does not support %s (needs compute capability %s): use --dtype float32"
                         % (_gpu_label(gpu), final, dtypes[final]["min_cc"]))
         kv = self.args["kv_cache_dtype"]
+        accepted, release = kv_cache_dtypes_for(self.policy.get("kv_cache_dtypes_by_release") or {}, self.version)
+        served = final if final in ("float16", "bfloat16", "float32") else None
         if kv == "bfloat16" and not has_bf16:
             if auto_fix:
-                self.effective["kv_cache_dtype"] = "float16"
-                self.warn("DTYPE_AUTOFIXED", "%s has no bfloat16; kv_cache_dtype bfloat16 was changed to float16"
-                          % _gpu_label(gpu))
+                self.effective["kv_cache_dtype"] = "auto"
+                self.warn("DTYPE_AUTOFIXED", "%s has no bfloat16; kv_cache_dtype bfloat16 was changed to auto "
+                                             "(the KV cache follows the served dtype%s)"
+                          % (_gpu_label(gpu), ", float16" if served in (None, "float16") else ", " + served))
+                kv = None
             else:
-                self.reason("DTYPE_UNSUPPORTED", "%s has no bfloat16; use --kv-cache-dtype float16 or auto"
-                            % _gpu_label(gpu))
+                self.reason("DTYPE_UNSUPPORTED", "%s has no bfloat16; set vllm.kv_cache_dtype to auto (the KV cache "
+                                                 "then follows the served dtype)" % _gpu_label(gpu))
+        if kv and accepted is not None and kv not in accepted:
+            words = ("--kv-cache-dtype %s is not a value %s accepts (it takes %s: vllm@%s CacheDType), so its "
+                     "argument parser stops before the engine starts" % (kv, self.vllm_label(), ", ".join(accepted),
+                                                                         release))
+            if auto_fix and kv in ("float16", "bfloat16") and (served is None or served == kv):
+                self.effective["kv_cache_dtype"] = "auto"
+                self.warn("DTYPE_AUTOFIXED", "%s; kv_cache_dtype %s was changed to auto, which keeps the KV cache "
+                                             "in the served dtype %s" % (words, kv, served or kv))
+            else:
+                self.reason("KV_CACHE_DTYPE_UNSUPPORTED",
+                            "%s: set vllm.kv_cache_dtype to auto (the served dtype) or one of those values" % words)
         if kv and kv.startswith("fp8") and _cc_less(cc, parse_cc(FP8_KV_CACHE_VERIFIED_MIN_CC)):
             self.warn("KV_CACHE_DTYPE_UNVERIFIED",
                       "an FP8 KV cache (kv_cache_dtype %s) on %s is not verified to work; use auto if vLLM "
@@ -1015,10 +1168,15 @@ class _Evaluation:
             r_key = resolve_quant(self.policy, requested)[0]
             d_key = resolve_quant(self.policy, declared)[0]
             if _quant_family(r_key) != _quant_family(d_key):
-                self.warn("QUANTIZATION_MISMATCH",
-                          "vllm.quantization %s differs from the checkpoint's quant_method %s; vLLM refuses "
-                          "a mismatch: drop vllm.quantization or match the checkpoint"
-                          % (self.args["quantization_text"], self.model["quant_method_text"]))
+                self.reason("QUANTIZATION_MISMATCH",
+                            "vllm.quantization %s differs from the checkpoint's quant_method %s, and vLLM refuses "
+                            "that at startup ('Quantization method specified in the model config (%s) does not "
+                            "match the quantization method specified in the `quantization` argument (%s)', "
+                            "vllm@0.8.5:vllm/config.py:815-820): drop vllm.quantization (vLLM reads the "
+                            "checkpoint's) or set it to %s"
+                            % (self.args["quantization_text"], self.model["quant_method_text"],
+                               self.model["quant_method_text"], self.args["quantization_text"],
+                               self.model["quant_method_text"]))
         if entry is None:
             self.warn("QUANTIZATION_UNKNOWN_TO_POLICY",
                       "quantization method %s is not in the policy, so its compute capability needs were not "
@@ -1042,18 +1200,9 @@ class _Evaluation:
                             "capability %s %s" % (entry.get("label", key), text, format_cc(need), self.vllm_label(),
                                                   _gpu_label(gpu), format_cc(gpu["cc"]), alternatives))
             elif key in _CT_KEYS:
-                schemes = self.policy.get("compressed_tensors_schemes", {})
-                needs = [value_for_version(s.get("min_cc", {}), self.version) for s in schemes.values()]
-                needs = [n for n in needs if n is not None]
-                if needs and _cc_less(gpu["cc"], max(needs)):
-                    self.warn("QUANTIZATION_SCHEME_UNCHECKED",
-                              "compressed-tensors needs compute capability %s for the config, but each scheme "
-                              "needs more (%s); %s will fail to load unless the scheme runs on %s"
-                              % (format_cc(need or (7, 0)), ", ".join(
-                                  "%s %s" % (n, format_cc(value_for_version(s.get("min_cc", {}), self.version)))
-                                  for n, s in sorted(schemes.items())
-                                  if value_for_version(s.get("min_cc", {}), self.version)),
-                                 _gpu_label(gpu), format_cc(gpu["cc"])))
+                self.check_ct_scheme(gpu)
+        if entry is not None:
+            self.check_act_dtype(key, entry, text)
         methods = self.image["quant_methods"]
         if methods is not None and not _quant_in_image(self.policy, key, entry, methods):
             hint = ""
@@ -1064,6 +1213,89 @@ class _Evaluation:
                         "use an image whose vLLM has it%s"
                         % (self.vllm_label() if self.image["vllm_version_text"] else "the image's vLLM", text,
                            ", ".join(methods) if methods else "none", hint))
+
+    def check_ct_scheme(self, gpu):
+        """compressed-tensors: the scheme decides (CompressedTensorsConfig._check_scheme_supported raises
+        at model load when the GPU is below the scheme's get_min_capability)."""
+        schemes = self.policy.get("compressed_tensors_schemes", {})
+        scheme = self.model["quant_scheme"]
+        where = "%s (compute capability %s)" % (_gpu_label(gpu), format_cc(gpu["cc"]))
+        way_out = ("serve a GPTQ checkpoint of the same model (exllama kernels run on 6.0+) or the "
+                   "unquantized float16 model")
+        if scheme in schemes:
+            entry = schemes[scheme]
+            kind, need = ct_scheme_need(entry, self.version)
+            if kind == "cc" and entry.get("fallback") and _cc_less(gpu["cc"], need):
+                fallback = schemes.get(entry["fallback"], {})
+                kind, need = ct_scheme_need(fallback, self.version)
+                below = format_cc(ct_scheme_need(entry, self.version)[1])
+                label = "%s (falls back to %s below %s)" % (entry.get("label", scheme), fallback.get("label"), below)
+            else:
+                label = entry.get("label", scheme)
+            if kind == "absent":
+                self.reason("QUANTIZATION_UNKNOWN_TO_IMAGE",
+                            "the checkpoint is compressed-tensors %s and %s has no such scheme ('No "
+                            "compressed-tensors compatible scheme was found' at model load): use an image "
+                            "whose vLLM has it, or %s" % (label, self.vllm_label(), way_out))
+            elif kind == "cc" and _cc_less(gpu["cc"], need):
+                if scheme == "nvfp4":
+                    way_out = ("dequantize the NVFP4 checkpoint to float16 and serve that without "
+                               "quantization, or " + way_out)
+                self.reason("QUANTIZATION_UNSUPPORTED_ON_ARCH",
+                            "the checkpoint is compressed-tensors %s, which needs compute capability %s in %s, "
+                            "and %s is below it: vLLM stops at model load ('The quantization method "
+                            "compressed-tensors is not supported for the current GPU. Min capability: %d'): %s"
+                            % (label, format_cc(need), self.vllm_label(), where, need[0] * 10 + need[1], way_out))
+            elif kind in ("unknown", "unchecked"):
+                self.warn("QUANTIZATION_SCHEME_UNCHECKED",
+                          "compressed-tensors %s: %s; check that %s runs it" % (
+                              label, "its kernel is chosen at model load" if kind == "unchecked"
+                              else "its minimum compute capability differs between vLLM releases and the "
+                                   "image's vLLM version is unknown", where))
+            return
+        # Scheme unknown (not read, mixed or new): refuse when every scheme of this release needs more.
+        needs = []
+        open_ended = False
+        for name in sorted(schemes):
+            kind, need = ct_scheme_need(schemes[name], self.version)
+            if kind == "cc":
+                needs.append((need, name))
+            elif kind in ("unchecked", "unknown"):
+                open_ended = True
+        what = "scheme %s" % scheme if scheme else "an unknown scheme"
+        if needs and not open_ended and all(_cc_less(gpu["cc"], n) for n, _name in needs):
+            self.reason("QUANTIZATION_UNSUPPORTED_ON_ARCH",
+                        "the checkpoint is compressed-tensors (%s) and every compressed-tensors scheme of %s needs "
+                        "compute capability %s or more (%s), above %s: %s"
+                        % (what, self.vllm_label(), format_cc(min(n for n, _name in needs)),
+                           ", ".join("%s %s" % (name, format_cc(n)) for n, name in needs), where, way_out))
+        else:
+            self.warn("QUANTIZATION_SCHEME_UNCHECKED",
+                      "the checkpoint is compressed-tensors (%s): its scheme could not be judged for %s "
+                      "(run model_facts on the model directory so the gate reads quantization_config)"
+                      % (what, where))
+
+    def check_act_dtype(self, key, entry, text):
+        table = entry.get("act_dtypes")
+        if not table:
+            return
+        allowed = _value_since(table, self.version)
+        if allowed is None:
+            return
+        dtype = self.effective.get("dtype")
+        dtype = dtype.strip().lower() if isinstance(dtype, str) else "auto"
+        dtype = DTYPE_ALIASES.get(dtype, dtype)
+        if dtype == "auto":
+            torch_dtype = self.model["torch_dtype"]
+            if torch_dtype is None:
+                return
+            dtype = "float16" if torch_dtype == "float32" else torch_dtype
+        if dtype not in allowed:
+            self.reason("QUANTIZATION_DTYPE_UNSUPPORTED",
+                        "%s (%s) runs only with dtype %s in %s and the deployment serves %s: vLLM stops at startup "
+                        "('%s is not supported for quantization method %s'): set vllm.dtype to %s"
+                        % (entry.get("label", key), text, " or ".join(allowed), self.vllm_label(), dtype,
+                           "torch." + dtype, text, allowed[0]))
 
     def check_parallel(self):
         tp = self.args["tensor_parallel_size"] or 1
@@ -1088,9 +1320,16 @@ class _Evaluation:
         util = self.args["gpu_memory_utilization"]
         if util is None:
             util = float(self.policy.get("memory", {}).get("default_gpu_memory_utilization", 0.9))
-        reserve = int(self.settings.get("reserve_mib", 0)) * MIB
         memories = [g["memory_mib"] for g in self.known if g["memory_mib"]]
         total = min(memories) * MIB if memories else None
+        profile = self.profile_reserve(min(memories) if memories else None)
+        if self.settings.get("reserve_mib") is not None:
+            reserve = int(self.settings["reserve_mib"]) * MIB
+            reserve_source = "policy.reserve_mib"
+        else:
+            reserve = profile["bytes"]
+            reserve_source = "modelled" if profile["complete"] else "modelled, incomplete (%s)" % ", ".join(
+                profile["missing"])
         missing = []
         if self.gpus and not memories:
             missing.append("gpus[].memory_total_mib")
@@ -1221,6 +1460,12 @@ class _Evaluation:
             "gpu_memory_total_bytes": total,
             "gpu_memory_utilization": util,
             "reserve_bytes": reserve,
+            "reserve_source": reserve_source,
+            "reserve_model": {"bytes": profile["bytes"], "parts": profile["parts"],
+                              "profile_tokens": profile["profile_tokens"], "profile_seqs": profile["profile_seqs"],
+                              "engine": profile["engine"], "chunked_prefill": profile["chunked_prefill"],
+                              "complete": profile["complete"], "missing": profile["missing"],
+                              "formula": profile["formula"], "outside_budget": profile.get("outside_budget")},
             "usable_bytes_per_gpu": usable,
             "weights_bytes_total": weights,
             "weights_source": source,
@@ -1237,6 +1482,39 @@ class _Evaluation:
             "max_num_seqs": self.args["max_num_seqs"],
             "summary": summary,
         }
+
+    def enforce_eager(self):
+        value = self.effective.get("enforce_eager")
+        if isinstance(value, bool):
+            return value
+        gpu = self.lowest()
+        key = arch_for_cc(self.policy, gpu["cc"]) if gpu else None
+        return bool(key and self.policy["architectures"][key].get("enforce_eager"))
+
+    def profile_reserve(self, memory_mib):
+        """vLLM's own non-KV reserve (the profile run's activation peak and non-torch memory),
+        modelled from the model's config and the arguments (_vllm_memory.profile_reserve)."""
+        raw = self.inputs["vllm_raw"]
+        gpu = self.lowest()
+        keys = ("hidden_size", "intermediate_size", "vocab_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim")
+        model = dict((k, self.model[k]) for k in keys)
+        model["dtype_bytes"] = self.effective_dtype_bytes()
+        chunked = raw.get("enable_chunked_prefill")
+        args = {
+            "max_model_len": self.args["max_model_len"] or self.model["max_position_embeddings"],
+            "max_num_seqs": self.args["max_num_seqs"],
+            "max_num_batched_tokens": _maybe_int(raw.get("max_num_batched_tokens")),
+            "enable_chunked_prefill": chunked if isinstance(chunked, bool) else None,
+            "tensor_parallel_size": self.args["tensor_parallel_size"] or 1,
+            "pipeline_parallel_size": self.args["pipeline_parallel_size"] or 1,
+            "enforce_eager": self.enforce_eager(),
+            "compute_capability": gpu["cc"] if gpu else None,
+            "gpu_memory_mib": memory_mib,
+            "gpu_name": gpu["name"] if gpu else None,
+            "quantization": self.quant_method()[0],
+        }
+        return profile_reserve(model, args, self.version)
 
     @staticmethod
     def summary(total, usable, per_gpu, per_token, max_len, fits, concurrent):
@@ -1278,6 +1556,7 @@ class _Evaluation:
             self.warn("VLLM_VERSION_UNKNOWN",
                       "image.vllm_version %r is not a version number; version-dependent checks used the most "
                       "lenient values" % self.image["vllm_version_text"])
+        self.check_lost()
         self.check_gpus()
         self.check_compute_capability()
         self.arch_keys_cache = self.arch_keys()

@@ -186,7 +186,8 @@ def container_stack(run_command, which, read_text=None, listdir=None, toolkit_co
 NVIDIA_RUNTIME_MODES = ("auto", "legacy", "cdi", "jit-cdi", "csv")
 
 # Go's strconv.ParseBool: anything else is an error, which HasDisableRequire treats as false.
-_GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
+# Go strconv.ParseBool true values (how the toolkit reads NVIDIA_DISABLE_REQUIRE).
+GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
 
 _TOOLKIT_FACTS = "NVIDIA/nvidia-container-toolkit"
 
@@ -681,11 +682,11 @@ def require_cuda_enforcement(host, gpu_run_args=None, image_env=None, run_env=No
     disabled_by = None
     if "NVIDIA_DISABLE_REQUIRE" in container_env:
         value = container_env["NVIDIA_DISABLE_REQUIRE"]
-        if value.strip() in _GO_TRUE:
+        if value.strip() in GO_TRUE:
             disabled_by = "NVIDIA_DISABLE_REQUIRE in the container env"
     elif image_env and "NVIDIA_DISABLE_REQUIRE" in image_env:
         value = str(image_env["NVIDIA_DISABLE_REQUIRE"])
-        if value.strip() in _GO_TRUE:
+        if value.strip() in GO_TRUE:
             disabled_by = "NVIDIA_DISABLE_REQUIRE in the image"
     config = facts.get("toolkit_config") or {}
     if disabled_by is None and config.get("disable_require") is True:

@@ -29,6 +29,7 @@ import copy
 import json
 import re
 
+from ansible_collections.labfleet.vllm.plugins.module_utils._host import GO_TRUE
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
     TORCH_WHEELS,
     VLLM_RELEASES,
@@ -314,7 +315,8 @@ def parse_inspect(text, ref=None):
         "cuda_version": env.get("CUDA_VERSION") or None,
         "require_cuda": env.get("NVIDIA_REQUIRE_CUDA") or None,
         "env_arch_list": env.get("TORCH_CUDA_ARCH_LIST") or None,
-        "disable_require": (env.get("NVIDIA_DISABLE_REQUIRE") or "").lower() in ("1", "true", "yes"),
+        # The toolkit reads it with Go's strconv.ParseBool (_host.require_cuda_enforcement).
+        "disable_require": (env.get("NVIDIA_DISABLE_REQUIRE") or "").strip() in GO_TRUE,
     }
 
 

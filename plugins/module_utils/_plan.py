@@ -31,6 +31,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._gate import (
     _to_str,
     evaluate,
 )
+from ansible_collections.labfleet.vllm.plugins.module_utils._host import require_cuda_enforcement
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
     arch_for_cc,
     merge_policy,
@@ -46,6 +47,8 @@ PLAN_REASON_CODES = {
     "DRIVER_CHANGE_NOT_ALLOWED": "The request asks for another driver than the installed one and does not allow "
                                  "the nvidia_driver role to replace it.",
     "INSTANCE_GPUS_UNAVAILABLE": "An instance asks for GPUs the host does not have.",
+    "GPU_RUNTIME_BLOCKED": "The host's NVIDIA container runtime configuration would not start a container "
+                           "with GPUs the way vllm_server asks for them (docker --gpus).",
 }
 PLAN_WARNING_CODES = {
     "DRIVER_NOT_MANAGED": "The driver is not managed by the rollout; the gate judged the installed one.",
@@ -57,6 +60,7 @@ STEP_OF_CODE = {
     "DRIVER_BRANCH_UNSUPPORTED_FOR_ARCH": "driver",
     "DRIVER_BRANCH_NOT_ALLOWED": "driver",
     "DRIVER_CHANGE_NOT_ALLOWED": "driver",
+    "GPU_RUNTIME_BLOCKED": "runtime",
     "DRIVER_TOO_OLD_FOR_IMAGE": "image",
     "IMAGE_LACKS_ARCH": "image",
     "PTX_NEWER_THAN_DRIVER": "image",
@@ -64,6 +68,10 @@ STEP_OF_CODE = {
     "COMPUTE_CAPABILITY_TOO_LOW": "image",
 }
 STEPS = ("driver", "runtime", "image", "model", "server")
+
+# How vllm_server's unit gives a container its GPUs (templates/vllm.service.j2: --gpus with the
+# instance's device list); require_cuda_enforcement reads the path from these arguments.
+GPU_RUN_ARGS = ("--gpus", "all")
 
 # vLLM arguments the unit sets itself from other request fields: never in vllm_args.
 RESERVED_ARGS = {
@@ -393,17 +401,17 @@ def _version_of(value):
 
 def plan(gpus=None, driver_version=None, image=None, model=None, vllm=None, policy_overrides=None,
          nvlink=None, driver_library_mismatch=False, cuda_driver_version=None, request=None, host=None,
-         today=None):
+         today=None, lost_gpus=None):
     """The verdict as a plan of the target state. Returns evaluate()'s keys (allowed, reasons,
     warnings, effective_vllm, plan, driver_requirements, policy_version) for the first instance
     and the whole host, plus steps, instances, serving_path, target, deployment and summary.
     Raises GateInputError, and only that, on malformed input."""
     return input_errors_only(_plan, gpus, driver_version, image, model, vllm, policy_overrides, nvlink,
-                             driver_library_mismatch, cuda_driver_version, request, host, today)
+                             driver_library_mismatch, cuda_driver_version, request, host, today, lost_gpus)
 
 
 def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, driver_library_mismatch,
-          cuda_driver_version, request, host, today):
+          cuda_driver_version, request, host, today, lost_gpus=None):
     if today is None:
         today = datetime.date.today()
     # Without a request (deploy_gate's older callers) the installed driver is judged as it is.
@@ -420,14 +428,23 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
         policy = merge_policy(policy_overrides)
     except PolicyError as exc:
         raise GateInputError(str(exc))
-    common = dict(image=image, model=model, policy_overrides=policy_overrides, nvlink=nvlink, today=today)
+    # Does the runtime check NVIDIA_REQUIRE_CUDA? vllm_server gives containers their GPUs with
+    # docker --gpus; the image's environment (NVIDIA_DISABLE_REQUIRE) and the toolkit's mode decide.
+    image_env = image.get("env") if isinstance(image.get("env"), dict) else None
+    runtime = require_cuda_enforcement(host, gpu_run_args=list(GPU_RUN_ARGS), image_env=image_env)
+    if runtime["enforced"] is None and not any(host.get(k) for k in ("toolkit_version", "nvidia_ctk_version",
+                                                                       "nvidia_container_cli_version")):
+        runtime["why"] = ("no NVIDIA container toolkit on the host yet; the container_runtime role installs it, "
+                          "and with Docker's default runtime runc, docker --gpus runs its legacy hook")
+    common = dict(image=image, model=model, policy_overrides=policy_overrides, nvlink=nvlink, today=today,
+                  lost_gpus=lost_gpus, require_cuda_enforced=runtime["enforced"], runtime_mode_why=runtime["why"])
 
     # The driver the host will have: what the nvidia_driver role installs, keeps or replaces.
     current = _to_str(driver_version, "driver_version")
     probe = evaluate(gpus=gpus, driver_version=current, cuda_driver_version=cuda_driver_version,
                      driver_library_mismatch=driver_library_mismatch, vllm=req["vllm_args"], **common)
     requirements = probe["driver_requirements"]
-    driver_step = plan_driver(current, req["driver"], requirements.get("recommended_branch"), has_gpus=bool(gpus))
+    driver_step = plan_driver(current, req["driver"], requirements.get("recommended_branch"), has_gpus=bool(gpus or lost_gpus))
     keep = driver_step["action"] == "keep"
     target_driver = driver_step["target"]
     target = dict(driver_version=target_driver,
@@ -435,6 +452,8 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
                   driver_library_mismatch=driver_library_mismatch if keep else False)
 
     reasons, warnings, instances = [], [], []
+    if runtime.get("blocked"):
+        reasons.append({"code": "GPU_RUNTIME_BLOCKED", "message": runtime["blocked"]})
     if driver_step["action"] == "refuse":
         reasons.append({"code": "DRIVER_CHANGE_NOT_ALLOWED", "message": driver_step["why"]})
     if not req["driver"]["manage"] and gpus and not legacy:
@@ -501,6 +520,7 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
             "model_path": req["model_path"],
         },
         "deployment": deployment,
+        "container_runtime": runtime,
     }
     out["summary"] = summary(out)
     return out

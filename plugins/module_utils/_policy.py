@@ -53,6 +53,12 @@ SOURCES = {
                     "vllm/platforms/cuda.py, vllm/model_executor/layers/quantization/*",
     "S-VLLM-QUANT": "vllm get_min_capability() of each quantization method, "
                     "vllm@0.8.5 and vllm@0.19.1 (facts.md section 3.7)",
+    "S-VLLM-ACTDTYPE": "get_supported_act_dtypes() of each quantization method, checked by "
+                       "vllm@0.8.5:vllm/config.py:3810-3815 and vllm@0.19.1:vllm/config/vllm.py:522-528 "
+                       "('<dtype> is not supported for quantization method <m>')",
+    "S-VLLM-PROFILE": "vLLM's profile run and KV sizing, modelled in _vllm_memory.py (vllm@0.8.5 worker/worker.py "
+                      "determine_num_available_blocks, worker/model_runner.py profile_run; vllm@0.19.1 "
+                      "v1/worker/gpu_worker.py determine_available_memory; MEMORY_MODEL_SOURCES lists every line)",
     "S-NIXOS-1880": "NixOS/nixos-hardware#1880 (595.71.05 refusing a Pascal GPU, '580.xx Legacy drivers')",
     "S-FACTS-8": "facts.md section 8 (memory planning), vllm v1/worker/gpu_worker.py "
                  "determine_available_memory, v1/kv_cache_interface.py",
@@ -306,7 +312,7 @@ DTYPES = {
 DTYPE_ALIASES = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32",
                  "fp32": "float32"}
 
-# KV cache dtypes (--kv-cache-dtype); "auto" follows the model dtype.
+# KV cache dtypes (--kv-cache-dtype); "auto" follows the served dtype. ``bytes`` per element.
 KV_CACHE_DTYPES = {
     "auto": {"bytes": None},
     "float16": {"bytes": 2},
@@ -317,6 +323,36 @@ KV_CACHE_DTYPES = {
     "fp8_inc": {"bytes": 1},
     "fp8_ds_mla": {"bytes": 1},
 }
+
+# The values each release's --kv-cache-dtype accepts (its CacheDType Literal; argparse rejects any
+# other value before the engine starts). "since" semantics: a version gets the newest row at or
+# below it; an unknown version gets "auto" only as the value every release takes.
+KV_CACHE_DTYPES_BY_RELEASE = {
+    "0.8.5": {"values": ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
+              "source": "vllm@0.8.5:vllm/config.py:1291 (CacheDType)", "confidence": "verified"},
+    "0.19.1": {"values": ["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"],
+               "source": "vllm@0.19.1:vllm/config/cache.py:14-23 (CacheDType)", "confidence": "verified"},
+    "0.20.0": {"values": ["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+                          "turboquant_k8v4", "turboquant_4bit_nc"],
+               "note": "the turboquant values are not modelled by the memory plan (treated like fp8 bytes: no)",
+               "source": "vllm@0.20.0:vllm/config/cache.py:18-29 (CacheDType)", "confidence": "verified"},
+}
+
+
+def kv_cache_dtypes_for(table, version):
+    """(values, release key) --kv-cache-dtype accepts in vLLM ``version`` (a tuple; None = unknown ->
+    (None, None): every value is judged lenient)."""
+    if version is None:
+        return None, None
+    rows = sorted(((parse_version(k), k) for k in table if parse_version(k)), key=lambda r: r[0] + (0,) * 8)
+    chosen = None
+    for parsed, key in rows:
+        if compare_versions(version, parsed) >= 0:
+            chosen = key
+    if chosen is None and rows:
+        chosen = rows[0][1]
+    return (list(table[chosen]["values"]), chosen) if chosen else (None, None)
+
 
 # Native FP8 GEMM and FP8 KV cache; the FP8 KV cache on sm_70 is not verified.
 FP8_KV_CACHE_VERIFIED_MIN_CC = "8.0"
@@ -508,9 +544,13 @@ TORCH_WITHOUT_SM70 = {
 
 
 def _q(label, min_cc_0_8_5, min_cc_0_19_1, bytes_per_param, source="S-VLLM-QUANT",
-       confidence="verified", aliases=None, note=None):
+       confidence="verified", aliases=None, note=None, act_dtypes=None):
     entry = {"label": label, "min_cc": {}, "bytes_per_param": bytes_per_param, "source": source,
              "confidence": confidence}
+    if act_dtypes is not None:
+        # The serving dtypes the method runs with (get_supported_act_dtypes), per release ("since"
+        # keys); vLLM refuses any other dtype when it builds the quantization config (S-VLLM-ACTDTYPE).
+        entry["act_dtypes"] = act_dtypes if isinstance(act_dtypes, dict) else {"0.8.5": list(act_dtypes)}
     if min_cc_0_8_5 is not None:
         entry["min_cc"]["0.8.5"] = min_cc_0_8_5
     if min_cc_0_19_1 is not None:
@@ -522,24 +562,30 @@ def _q(label, min_cc_0_8_5, min_cc_0_19_1, bytes_per_param, source="S-VLLM-QUANT
     return entry
 
 
+_F16 = ["float16"]
+_F16_BF16 = ["float16", "bfloat16"]
+_ALL_DTYPES = ["float16", "bfloat16", "float32"]
+
 QUANTIZATION = {
-    "gptq": _q("GPTQ (exllama kernels)", "6.0", "6.0", 0.52,
+    "gptq": _q("GPTQ (exllama kernels)", "6.0", "6.0", 0.52, act_dtypes=_F16,
                note="4-bit g128 estimate: 0.5 B/param + scales and zeros"),
-    "gptq_marlin": _q("GPTQ Marlin", "8.0", "7.5", 0.52),
-    "awq_marlin": _q("AWQ Marlin", "8.0", "7.5", 0.52),
-    "marlin": _q("Marlin", "8.0", "7.5", 0.52),
-    "awq": _q("AWQ", "7.5", "7.5", 0.52),
-    "gguf": _q("GGUF", "6.0", "6.0", 0.6, note="bytes_per_param: ~4.8-bit K-quants estimate"),
-    "bitsandbytes": _q("bitsandbytes", "7.0", "7.0", 0.53),
-    "moe_wna16": _q("MoE WNA16", "7.0", "7.0", 0.52),
-    "fp8": _q("FP8 (incl. Marlin weight-only)", "8.0", "7.5", 1.0),
-    "fbgemm_fp8": _q("FBGEMM FP8", "8.0", "8.0", 1.0),
-    "experts_int8": _q("experts INT8", "8.0", "8.0", 1.0),
-    "modelopt": _q("ModelOpt FP8", "8.9", "8.9", 1.0),
+    "gptq_marlin": _q("GPTQ Marlin", "8.0", "7.5", 0.52, act_dtypes=_F16_BF16),
+    "awq_marlin": _q("AWQ Marlin", "8.0", "7.5", 0.52, act_dtypes=_F16_BF16),
+    "marlin": _q("Marlin", "8.0", "7.5", 0.52, act_dtypes=_F16),
+    "awq": _q("AWQ", "7.5", "7.5", 0.52, act_dtypes=_F16),
+    "gguf": _q("GGUF", "6.0", "6.0", 0.6, note="bytes_per_param: ~4.8-bit K-quants estimate",
+               act_dtypes={"0.8.5": _ALL_DTYPES, "0.19.1": ["float16", "float32"]}),
+    "bitsandbytes": _q("bitsandbytes", "7.0", "7.0", 0.53, act_dtypes=_ALL_DTYPES),
+    "moe_wna16": _q("MoE WNA16", "7.0", "7.0", 0.52, act_dtypes=_F16_BF16),
+    "fp8": _q("FP8 (incl. Marlin weight-only)", "8.0", "7.5", 1.0, act_dtypes=_F16_BF16),
+    "fbgemm_fp8": _q("FBGEMM FP8", "8.0", "8.0", 1.0, act_dtypes=_F16_BF16),
+    "experts_int8": _q("experts INT8", "8.0", "8.0", 1.0, act_dtypes=_F16_BF16),
+    "modelopt": _q("ModelOpt FP8", "8.9", "8.9", 1.0, act_dtypes=_F16_BF16),
     "modelopt_fp4": _q("ModelOpt NVFP4", "10.0", "7.5", 0.5625, aliases=["nvfp4"],
                        note="registered as 'nvfp4' in 0.8.5, 'modelopt_fp4' in 0.19.1; "
                             "0.5 B/param + one fp8 scale per 16 weights"),
     "compressed_tensors": _q("compressed-tensors", "7.0", "7.0", None,
+                             act_dtypes={"0.8.5": _F16_BF16, "0.19.1": _ALL_DTYPES},
                              note="the config needs 7.0; every scheme needs more (see "
                                   "COMPRESSED_TENSORS_SCHEMES)"),
 }
@@ -552,30 +598,89 @@ QUANT_SPELLINGS = (
     ("nvfp4*", "modelopt_fp4"),
 )
 
+# compressed-tensors schemes (the names model_facts reports as quant_scheme): the minimum compute
+# capability of each scheme's get_min_capability() per release, checked by
+# CompressedTensorsConfig._check_scheme_supported when the layer is created (model load), so a
+# verdict "allowed" with a scheme the GPU lacks is a startup failure. ``null`` for a release: the
+# release has no such scheme ("No compressed-tensors compatible scheme was found"). ``fallback``:
+# the scheme vLLM picks instead when the GPU is below min_cc (w8a8 FP8 -> w8a16 FP8 Marlin).
+# ``unchecked``: the scheme's own check passes everywhere; its kernel is picked at load.
+_CT_085 = "vllm@0.8.5:vllm/model_executor/layers/quantization/compressed_tensors/"
+_CT_191 = "vllm@0.19.1:vllm/model_executor/layers/quantization/compressed_tensors/"
 COMPRESSED_TENSORS_SCHEMES = {
-    "wna16": {"min_cc": {"0.8.5": "8.0", "0.19.1": "7.5"}, "source": "S-VLLM-QUANT", "confidence": "verified"},
-    "w8a8_int8": {"min_cc": {"0.8.5": "7.5", "0.19.1": "7.5"}, "source": "S-VLLM-QUANT",
-                  "confidence": "verified"},
-    "w8a8_fp8": {"min_cc": {"0.8.5": "8.9", "0.19.1": "8.9"}, "source": "S-VLLM-QUANT",
+    "wna16": {"label": "WNA16 (int4/int8 weights, 16-bit activations; Marlin)",
+              "min_cc": {"0.8.5": "8.0", "0.19.1": "7.5"},
+              "source": _CT_085 + "schemes/compressed_tensors_wNa16.py:68-70; " + _CT_191
+              + "schemes/compressed_tensors_wNa16.py (get_min_capability 75)", "confidence": "verified"},
+    "w8a16_fp8": {"label": "W8A16 FP8 (FP8 weights, Marlin)", "min_cc": {"0.8.5": "8.0", "0.19.1": "7.5"},
+                  "source": _CT_085 + "schemes/compressed_tensors_w8a16_fp8.py:32-34; " + _CT_191
+                  + "schemes/compressed_tensors_w8a16_fp8.py (75)", "confidence": "verified"},
+    "w8a8_fp8": {"label": "W8A8 FP8", "min_cc": {"0.8.5": "8.9", "0.19.1": "8.9"}, "fallback": "w8a16_fp8",
+                 "source": _CT_085 + "schemes/compressed_tensors_w8a8_fp8.py:31-33 and compressed_tensors.py:335-347 "
+                 "(falls back to W8A16 FP8 below 8.9); " + _CT_191 + "compressed_tensors.py:630",
                  "confidence": "verified"},
-    "nvfp4": {"min_cc": {"0.19.1": "7.5"}, "source": "S-VLLM-QUANT", "confidence": "verified"},
+    "w8a8_int8": {"label": "W8A8 INT8", "min_cc": {"0.8.5": "7.5", "0.19.1": "7.5"},
+                  "source": _CT_085 + "schemes/compressed_tensors_w8a8_int8.py:31-33; " + _CT_191
+                  + "schemes/compressed_tensors_w8a8_int8.py (75)", "confidence": "verified"},
+    "nvfp4": {"label": "NVFP4 (W4A4 / W4A16 FP4)", "min_cc": {"0.8.5": None, "0.19.1": "7.5"},
+              "source": _CT_085 + "compressed_tensors.py:312-378 (no FP4 scheme; NotImplementedError 'No "
+              "compressed-tensors compatible scheme was found'); " + _CT_191
+              + "schemes/compressed_tensors_w4a4_nvfp4.py, compressed_tensors_w4a16_nvfp4.py (75)",
+              "confidence": "verified"},
+    "w4a16_mxfp4": {"label": "W4A16 MXFP4", "min_cc": {"0.8.5": None, "0.19.1": "8.0"},
+                    "source": _CT_191 + "schemes/compressed_tensors_w4a16_mxfp4.py (80)", "confidence": "verified"},
+    "w4a8_fp8": {"label": "W4A8 FP8", "min_cc": {"0.8.5": None, "0.19.1": "9.0"},
+                 "source": _CT_191 + "schemes/compressed_tensors_w4a8_fp8.py (90)", "confidence": "verified"},
+    "w4a8_int": {"label": "W4A8 INT", "min_cc": {"0.8.5": None, "0.19.1": None}, "unchecked": ["0.19.1"],
+                 "source": _CT_191 + "schemes/compressed_tensors_w4a8_int.py:56-57 (returns 1: kernel chosen "
+                 "at load)", "confidence": "verified"},
+    "sparse_2of4": {"label": "2:4 sparse (CompressedTensors24)", "min_cc": {"0.8.5": "9.0", "0.19.1": None},
+                    "source": _CT_085 + "schemes/compressed_tensors_24.py:48-50; " + _CT_191
+                    + "schemes/compressed_tensors_24.py:30-31 ('Sparse24 models are no longer supported')",
+                    "confidence": "verified"},
 }
+
+
+def ct_scheme_need(entry, version):
+    """What a compressed-tensors scheme needs in vLLM ``version``: ("cc", (maj, min)), ("absent", None)
+    (the release has no such scheme), ("unchecked", None) or ("unknown", None) (version unknown and the
+    releases differ). A version between two rows gets the older row (the row at or below it)."""
+    rows = sorted(((parse_version(k), k) for k in entry.get("min_cc", {}) if parse_version(k)),
+                  key=lambda r: r[0] + (0,) * 8)
+    if not rows:
+        return "unknown", None
+    if version is None:
+        values = set(entry["min_cc"][k] for _p, k in rows)
+        if len(values) != 1:
+            return "unknown", None
+        chosen = rows[0][1]
+    else:
+        chosen = rows[0][1]
+        for parsed, key in rows:
+            if compare_versions(version, parsed) >= 0:
+                chosen = key
+    if chosen in (entry.get("unchecked") or []):
+        return "unchecked", None
+    value = entry["min_cc"][chosen]
+    if value is None:
+        return "absent", None
+    return "cc", parse_cc(value)
+
 
 # ---------------------------------------------------------------------------------------------
 # Memory planning
 # ---------------------------------------------------------------------------------------------
 # vLLM sizes the KV cache as total * gpu_memory_utilization minus (weights + the peak activation
-# of a profile run + non-torch allocations such as the CUDA context, NCCL and cuBLAS workspaces).
-# The gate cannot run that profile, so it subtracts a fixed reserve per GPU: 1.5 GiB covers the
-# profile-run activation peak at vLLM's default 2048-8192 batched tokens (a few hundred MiB to
-# ~1 GiB for 7B-70B models split over 1-2 GPUs) plus the CUDA context and library workspaces
-# (~0.3-0.5 GiB). CUDA graphs (without --enforce-eager) can need more; raise ``reserve_mib``.
-ACTIVATION_RESERVE_MIB = 1536
+# of a profile run + non-torch allocations such as cuBLAS workspaces and NCCL). The gate models
+# that reserve from the model's config and the arguments (_vllm_memory.profile_reserve, every step
+# cited from vLLM 0.8.5 and 0.19.1); ``reserve_mib`` replaces the model by a constant. When the
+# config values the model needs are missing, _vllm_memory falls back to its own constant.
+ACTIVATION_RESERVE_MIB = None
 
 MEMORY = {
     "reserve_mib": ACTIVATION_RESERVE_MIB,
     "default_gpu_memory_utilization": 0.9,
-    "source": "S-FACTS-8",
+    "source": "S-FACTS-8; S-VLLM-PROFILE",
     "confidence": "inferred",
 }
 
@@ -590,7 +695,8 @@ DEFAULT_SETTINGS = {
     "min_compute_capability": None,
     # Driver branches the site allows (list of ints, e.g. [580]); None = any.
     "allowed_driver_branches": None,
-    # Activation/overhead reserve per GPU in MiB (see ACTIVATION_RESERVE_MIB).
+    # Activation/overhead reserve per GPU in MiB; None: modelled per model and arguments
+    # (_vllm_memory.profile_reserve).
     "reserve_mib": ACTIVATION_RESERVE_MIB,
     # Reason codes to demote to warnings (escape hatch for a site that knows better).
     "ignore_codes": [],
@@ -618,6 +724,7 @@ SHIPPED = {
     "vllm_releases": VLLM_RELEASES,
     "torch_without_sm70": TORCH_WITHOUT_SM70,
     "compressed_tensors_schemes": COMPRESSED_TENSORS_SCHEMES,
+    "kv_cache_dtypes_by_release": KV_CACHE_DTYPES_BY_RELEASE,
     "forward_compat_image_branches": FORWARD_COMPAT_IMAGE_BRANCHES,
     "cuda_min_target_cc": CUDA_MIN_TARGET_CC,
     "memory": MEMORY,
@@ -1199,7 +1306,7 @@ def _normalize_settings(settings):
             normalized.append(_as_int(item, where, minimum=1))
         branches = normalized
     out["allowed_driver_branches"] = branches
-    out["reserve_mib"] = _as_int(settings.get("reserve_mib"), "policy.reserve_mib", minimum=0)
+    out["reserve_mib"] = coerce_int(settings.get("reserve_mib"), "policy.reserve_mib", minimum=0)
     for name in ("ignore_codes", "promote_warnings"):
         codes = settings.get(name)
         if codes is None:

@@ -35,6 +35,7 @@ description:
     probes' results can be passed straight in; extra keys of O(vllm) are passed through to
     C(effective_vllm).
   - "Reason codes (refusal): V(NO_GPU) no NVIDIA GPU on the host;
+    V(GPU_LOST) a GPU fell off the bus (Xid 79, 'GPU is lost'): reboot, or plan on the healthy GPUs;
     V(COMPUTE_CAPABILITY_UNKNOWN) a GPU could not be identified (no compute capability);
     V(COMPUTE_CAPABILITY_TOO_LOW) a GPU is below vLLM's minimum compute capability (7.0; 7.5 from vLLM 0.20)
     or the policy's C(policy.min_compute_capability);
@@ -48,36 +49,44 @@ description:
     V(IMAGE_LACKS_ARCH) the image has no kernels (SASS or PTX) for the GPU;
     V(PTX_NEWER_THAN_DRIVER) the GPU is reached only through PTX that the driver is too old to JIT-compile;
     V(DTYPE_UNSUPPORTED) the dtype or KV cache dtype needs a higher compute capability (bfloat16 needs 8.0)
-    and auto-fix is off; V(QUANTIZATION_UNSUPPORTED_ON_ARCH) the quantization method needs a higher compute
+    and auto-fix is off; V(KV_CACHE_DTYPE_UNSUPPORTED) the image's vLLM release does not accept the
+    C(vllm.kv_cache_dtype) value (0.8.5 takes auto, fp8, fp8_e4m3, fp8_e5m2); V(QUANTIZATION_UNSUPPORTED_ON_ARCH) the quantization method needs a higher compute
     capability (AWQ 7.5, Marlin 7.5/8.0, FP8 7.5/8.0, NVFP4 7.5/10.0);
-    V(QUANTIZATION_UNKNOWN_TO_IMAGE) the image's vLLM does not know the quantization method;
+    V(QUANTIZATION_UNKNOWN_TO_IMAGE) the image's vLLM does not know the quantization method (or the
+    checkpoint's compressed-tensors scheme); V(QUANTIZATION_MISMATCH) C(vllm.quantization) names another
+    method than the checkpoint's (vLLM refuses it); V(QUANTIZATION_DTYPE_UNSUPPORTED) the method does not
+    run with the serving dtype (GPTQ and AWQ need float16);
     V(INSUFFICIENT_VRAM) the weights per GPU, or the KV cache of one C(vllm.max_model_len) sequence, do not fit;
     V(TENSOR_PARALLEL_EXCEEDS_GPUS) tensor_parallel_size x pipeline_parallel_size exceeds the GPU count
     (of the instance, with O(request));
     V(DRIVER_CHANGE_NOT_ALLOWED) the request asks for another driver than the installed one without
-    C(request.driver.allow_change); V(INSTANCE_GPUS_UNAVAILABLE) an instance names a GPU index the host lacks."
+    C(request.driver.allow_change); V(INSTANCE_GPUS_UNAVAILABLE) an instance names a GPU index the host lacks;
+    V(GPU_RUNTIME_BLOCKED) the host's NVIDIA container runtime would not start a C(--gpus) container at all
+    (from O(host), see C(container_runtime) in the result)."
   - "Warning codes: V(DRIVER_UNKNOWN) no driver version (driver absent), driver checks skipped;
     V(DRIVER_BRANCH_EOL) the driver branch is end of life;
     V(CUDA_MINOR_VERSION_COMPAT) the image's CUDA is newer than the driver's and runs through minor version
     compatibility; V(FORWARD_COMPAT_REQUIRED) the image is admitted only through a forward-compatibility
     clause (cuda-compat libraries, data-center GPUs); V(REQUIRE_CUDA_UNDECIDED) C(NVIDIA_REQUIRE_CUDA) could
     not be decided (brand or CUDA level unknown); V(PTX_JIT_ONLY) the image reaches the GPU only through PTX;
-    V(PCIE_WITHOUT_P2P) tensor parallelism without NVLink; V(DTYPE_AUTOFIXED) dtype auto/bfloat16 (or
-    kv_cache_dtype bfloat16) was changed to float16 on a GPU below 8.0; V(DTYPE_AUTO_UNRESOLVED) dtype auto
+    V(PCIE_WITHOUT_P2P) tensor parallelism without NVLink; V(DTYPE_AUTOFIXED) dtype auto/bfloat16 was
+    changed to float16 on a GPU below 8.0, or kv_cache_dtype to auto (bfloat16 there, or a value the release
+    does not accept); V(DTYPE_AUTO_UNRESOLVED) dtype auto
     with an unknown checkpoint dtype on a GPU without bfloat16 and auto-fix off;
     V(KV_CACHE_DTYPE_UNVERIFIED) an FP8 KV cache below compute capability 8.0 is not verified;
     V(QUANTIZATION_UNKNOWN_TO_POLICY) the method is not in the policy, not checked;
-    V(QUANTIZATION_SCHEME_UNCHECKED) compressed-tensors scheme needs not checked;
-    V(QUANTIZATION_MISMATCH) C(vllm.quantization) differs from the checkpoint's method;
+    V(QUANTIZATION_SCHEME_UNCHECKED) a compressed-tensors scheme could not be judged;
     V(MAX_MODEL_LEN_EXCEEDS_MODEL) max_model_len is above max_position_embeddings;
     V(MEMORY_PLAN_INCOMPLETE) inputs for the memory plan are missing; V(WEIGHTS_ESTIMATED) weight bytes
     estimated from param_count; V(GPU_MEMORY_UNEVEN) the GPUs differ in memory size;
     V(ARCH_UNKNOWN) the compute capability maps to no architecture in the policy;
     V(VLLM_VERSION_UNKNOWN) image.vllm_version is not a version number;
     V(DRIVER_NOT_MANAGED) C(request.driver.manage) is false, the installed driver was judged."
-  - "Memory plan: usable bytes per GPU = memory_total x gpu_memory_utilization (default 0.9) minus a
-    reserve of 1536 MiB per GPU (C(policy.reserve_mib)) for the profile-run activation peak, the CUDA
-    context and library workspaces; weights per GPU = weights / (tensor_parallel_size x
+  - "Memory plan: usable bytes per GPU = memory_total x gpu_memory_utilization (default 0.9) minus the
+    reserve vLLM itself subtracts, modelled per model and arguments from vLLM's profile run (the
+    activation peak of max_num_batched_tokens tokens, the logits and sampler, cuBLAS and NCCL; 1536 MiB
+    when the model's hidden, intermediate or vocabulary size is unknown; C(policy.reserve_mib) replaces
+    it by a constant); weights per GPU = weights / (tensor_parallel_size x
     pipeline_parallel_size) - cpu_offload_gb; KV bytes per token per GPU = 2 x ceil(layers /
     pipeline_parallel_size) x max(1, kv_heads // tensor_parallel_size) x head_dim x KV dtype bytes.
     See docs/deploy_gate.md."
@@ -127,6 +136,17 @@ options:
         the reason V(DRIVER_LIBRARY_MISMATCH).
     type: bool
     default: false
+  lost_gpus:
+    description:
+      - GPUs that fell off the bus (Xid 79), as M(labfleet.vllm.gpu_facts) reports them in
+        C(ansible_facts.nvidia.lost_gpus) (its state V(gpu_lost)); they are not in O(gpus).
+      - "Each entry: C(bus_id) (str, the PCI address, V(0000:02:00.0)), C(index) (int or null, the GPU
+        index) and C(message) (str, what the driver said). Other keys (C(source)) are ignored."
+      - A non-empty list gives the reason V(GPU_LOST), which names the GPUs and says what the healthy ones
+        in O(gpus) allow until the reboot.
+    type: list
+    elements: dict
+    default: []
   image:
     description:
       - "What is known about the vLLM image; every key optional: C(cuda_version) (str, V(12.4.0)),
@@ -164,7 +184,7 @@ options:
       - "Overrides merged over the shipped policy. Settings: C(auto_fix) (bool, default true: change dtype
         auto/bfloat16 to float16 below 8.0 instead of refusing with V(DTYPE_UNSUPPORTED)),
         C(min_compute_capability) (str, replaces vLLM's minimum), C(allowed_driver_branches) (list of int),
-        C(reserve_mib) (int, default 1536), C(ignore_codes) (reason codes demoted to warnings),
+        C(reserve_mib) (int MiB, default null = modelled from the profile run), C(ignore_codes) (reason codes demoted to warnings),
         C(promote_warnings) (warning codes promoted to reasons), C(fatal) (bool, read by the preflight role)."
       - "Data sections, deep-merged over the shipped tables: C(cuda_toolkits), C(minor_version_compatibility),
         C(driver_branches), C(architectures), C(dtypes), C(quantization), C(vllm_min_compute_capability)."
@@ -186,7 +206,10 @@ options:
   host:
     description:
       - The host's container stack as M(labfleet.vllm.host_facts) reports it (C(docker_server_version),
-        C(nvidia_ctk_version), ...), for the plan's C(runtime) step. Other keys are ignored.
+        C(nvidia_ctk_version), C(toolkit_config), C(docker_default_runtime), C(cdi_specs), ...), for the plan's
+        C(runtime) step and to tell whether the runtime checks the image's C(NVIDIA_REQUIRE_CUDA) (only the
+        toolkit's legacy hook does; CDI and jit-cdi modes and C(NVIDIA_DISABLE_REQUIRE) in C(image.env) skip it).
+        Other keys are ignored.
     type: dict
     default: {}
 notes:
@@ -205,6 +228,7 @@ EXAMPLES = r"""
     driver_version: "{{ ansible_facts.nvidia.driver_version }}"
     nvlink: "{{ ansible_facts.nvidia.nvlink }}"
     driver_library_mismatch: "{{ ansible_facts.nvidia.driver_library_mismatch | default(false) }}"
+    lost_gpus: "{{ ansible_facts.nvidia.lost_gpus | default([]) }}"
     image:
       cuda_version: "12.4.0"
       arch_list: "7.0 7.5 8.0 8.6 8.9 9.0+PTX"
@@ -298,6 +322,15 @@ plan:
     reserve_bytes:
       description: The activation/overhead reserve subtracted per GPU.
       type: int
+    reserve_source:
+      description: V(modelled), V(modelled, incomplete (missing fields)) or V(policy.reserve_mib).
+      type: str
+    reserve_model:
+      description:
+        - The modelled reserve (C(bytes), C(parts), C(profile_tokens), C(profile_seqs), C(engine),
+          C(chunked_prefill), C(complete), C(missing), C(formula), C(outside_budget)), also when
+          C(policy.reserve_mib) replaces it.
+      type: dict
     usable_bytes_per_gpu:
       description: total x gpu_memory_utilization - reserve.
       type: int
@@ -373,6 +406,17 @@ driver_requirements:
       type: int
   sample: {"architectures": ["Volta"], "min_branch": null, "max_branch": 580,
            "kernel_module": "proprietary", "recommended_branch": 580}
+container_runtime:
+  description:
+    - Whether the container runtime checks the image's C(NVIDIA_REQUIRE_CUDA) for a container started with
+      C(docker --gpus) (how vllm_server gives GPUs), worked out from O(host) and C(image.env).
+    - "C(enforced) true, false or null (unknown: judged as the legacy hook would), C(mode) (V(legacy), V(cdi),
+      V(jit-cdi), V(csv) or null), C(why), C(disabled_by) (where C(NVIDIA_DISABLE_REQUIRE) switched it off) and
+      C(blocked) (why such a container would not start at all; the reason V(GPU_RUNTIME_BLOCKED))."
+  returned: success
+  type: dict
+  sample: {"enforced": true, "mode": "legacy", "blocked": null, "disabled_by": null,
+           "why": "--gpus all makes Docker run nvidia-container-runtime-hook ..."}
 policy_version:
   description: Version of the shipped policy data.
   returned: success
@@ -446,6 +490,7 @@ def main():
             cuda_driver_version=dict(type="str"),
             nvlink=dict(type="bool"),
             driver_library_mismatch=dict(type="bool", default=False),
+            lost_gpus=dict(type="list", elements="dict", default=[]),
             image=dict(type="dict", default={}),
             model=dict(type="dict", default={}),
             vllm=dict(type="dict", default={}),
@@ -469,6 +514,7 @@ def main():
             cuda_driver_version=params["cuda_driver_version"],
             request=params["request"],
             host=params["host"],
+            lost_gpus=params["lost_gpus"],
         )
     except GateInputError as exc:
         module.fail_json(msg="deploy_gate: invalid input: %s" % exc)
@@ -485,6 +531,7 @@ def main():
         steps=verdict["steps"],
         instances=verdict["instances"],
         serving_path=verdict["serving_path"],
+        container_runtime=verdict["container_runtime"],
         target=verdict["target"],
         deployment=verdict["deployment"],
         summary=verdict["summary"],

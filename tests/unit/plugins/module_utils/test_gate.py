@@ -253,12 +253,26 @@ def test_require_cuda_rejects_geforce_on_r550():
     assert "R570 or newer" in text and "geforce" in text
 
 
-def test_require_cuda_admits_tesla_on_r550_through_forward_compat():
+def test_require_cuda_admits_tesla_on_r550_and_it_runs_through_minor_version_compat():
+    # The brand clause admits it; R550 is above CUDA 12's MVC floor (525), so no cuda-compat
+    # libraries are involved and VLLM_ENABLE_CUDA_COMPATIBILITY must not be advised.
     image = {"cuda_version": "12.8.1", "require_cuda": REQUIRE_12_8, "arch_list": "7.0 7.5 8.0"}
     result = gate(image=image)
     assert "DRIVER_TOO_OLD_FOR_IMAGE" not in codes(result)
-    assert "FORWARD_COMPAT_REQUIRED" in codes(result, "warnings")
-    assert "CUDA_MINOR_VERSION_COMPAT" not in codes(result, "warnings")
+    assert "FORWARD_COMPAT_REQUIRED" not in codes(result, "warnings")
+    assert codes(result, "warnings").count("CUDA_MINOR_VERSION_COMPAT") == 1
+    text = message(result, "CUDA_MINOR_VERSION_COMPAT", "warnings")
+    assert "brand=tesla,driver>=550,driver<551" in text
+    assert "leave VLLM_ENABLE_CUDA_COMPATIBILITY unset" in text
+
+
+def test_require_cuda_admits_tesla_on_r470_only_through_forward_compat():
+    # R470 is below CUDA 12's MVC floor: only the image's cuda-compat libraries make it run.
+    image = {"cuda_version": "12.8.1", "require_cuda": REQUIRE_12_8, "arch_list": "7.0 7.5 8.0"}
+    result = gate(image=image, driver_version="470.256.02")
+    assert "DRIVER_TOO_OLD_FOR_IMAGE" not in codes(result)
+    text = message(result, "FORWARD_COMPAT_REQUIRED", "warnings")
+    assert "VLLM_ENABLE_CUDA_COMPATIBILITY=1" in text and "525" in text
 
 
 def test_require_cuda_brand_from_gpu_entry():
@@ -379,7 +393,9 @@ def test_bfloat16_on_a100_is_kept():
 
 def test_kv_cache_dtype_bf16_autofixed_and_fp8_unverified():
     result = gate(vllm=dict(FP16_TP2, kv_cache_dtype="bfloat16"))
-    assert result["effective_vllm"]["kv_cache_dtype"] == "float16"
+    # 0.8.5's --kv-cache-dtype has no float16: auto keeps the cache in the served float16.
+    assert result["effective_vllm"]["kv_cache_dtype"] == "auto"
+    assert result["plan"]["kv_cache_dtype_bytes"] == 2
     result = gate(vllm=dict(FP16_TP2, kv_cache_dtype="fp8"))
     assert "KV_CACHE_DTYPE_UNVERIFIED" in codes(result, "warnings")
     assert result["plan"]["kv_cache_dtype_bytes"] == 1
@@ -412,17 +428,20 @@ def test_quantization_unknown_to_image():
     assert "QUANTIZATION_UNKNOWN_TO_POLICY" in codes(result, "warnings")
 
 
-def test_compressed_tensors_warns_about_schemes():
+def test_compressed_tensors_of_unknown_scheme_is_refused_on_volta_in_0_8_5():
+    # Every compressed-tensors scheme of 0.8.5 needs 7.5 or more: the scheme need not be known.
     model = dict(LLAMA_8B, quant_method="compressed-tensors", weight_bytes=5 * 10 ** 9)
     result = gate(model=model)
-    assert "QUANTIZATION_SCHEME_UNCHECKED" in codes(result, "warnings")
+    assert "QUANTIZATION_UNSUPPORTED_ON_ARCH" in codes(result)
+    assert "w8a8_int8 7.5" in message(result, "QUANTIZATION_UNSUPPORTED_ON_ARCH")
     assert "QUANTIZATION_UNKNOWN_TO_IMAGE" not in codes(result)
 
 
-def test_quantization_mismatch_warns():
+def test_quantization_mismatch_is_refused():
     model = dict(LLAMA_8B, quant_method="gptq", weight_bytes=5 * 10 ** 9)
     result = gate(model=model, vllm=dict(FP16_TP2, quantization="bitsandbytes"))
-    assert "QUANTIZATION_MISMATCH" in codes(result, "warnings")
+    assert "QUANTIZATION_MISMATCH" in codes(result)
+    assert "drop vllm.quantization" in message(result, "QUANTIZATION_MISMATCH")
 
 
 def test_policy_can_lower_a_quantization_floor():

@@ -75,6 +75,19 @@ ALLOWED = {
     # weights by bits and group_size. A reading rule of the config format, stated nowhere else.
     ("_model.py", "quantization_methods", ("gptq", "awq", "gptq_marlin", "awq_marlin", "marlin", "moe_wna16")):
         "integer-weight methods in quant_from_config_json",
+    # The memory model is code transcribed from two releases' sources; the version names which
+    # source a rule was read from (a citation label), not a compatibility fact about that release.
+    ("_vllm_memory.py", "vllm_version", "0.8.5"): "the release whose V0 profile run is modelled",
+    ("_vllm_memory.py", "vllm_version", "0.19.1"): "the release whose V1 profile run is modelled",
+    # The startup checks are transcribed from the same two releases' sources; the version names
+    # which release's rule applies (a citation label and the key of CHECKS' source columns).
+    ("_vllm_startup.py", "vllm_version", "0.8.5"): "the release whose startup checks are modelled",
+    ("_vllm_startup.py", "vllm_version", "0.19.1"): "the release whose startup checks are modelled",
+    # A code-reading fact of vLLM's attention layer: the quantization configs whose
+    # get_quant_method() returns a KV-cache method for Attention (so fp8_e5m2 is refused); it
+    # describes vLLM's loader, not which GPU a method needs.
+    ("_vllm_startup.py", "quantization_methods", ("fp8", "modelopt", "modelopt_fp4", "compressed_tensors", "quark")):
+        "KV_SCALE_QUANT_METHODS (fp8_e5m2 with a KV-scale checkpoint)",
 }
 
 

@@ -163,6 +163,27 @@ def test_an_instance_on_one_gpu_is_judged_on_that_gpu():
     assert verdict["instances"][0]["gpu_indices"] == [1]
 
 
+def test_one_gpu_lost_refuses_the_plan_with_gpu_lost():
+    """2x V100, GPU 0 fell off the bus: gpu_facts lists GPU 1 only and names GPU 0 in lost_gpus."""
+    lost = [{"bus_id": "0000:3b:00.0", "index": 0, "message": "GPU is lost.  Reboot the system to recover this GPU",
+             "source": "nvidia_smi"}]
+    verdict = run(gpus=[dict(V100, index=1)], lost_gpus=lost)
+    assert verdict["allowed"] is False
+    assert codes(verdict["reasons"])[0] == "GPU_LOST"
+    assert verdict["reasons"][0]["message"].startswith("0000:3b:00.0 (GPU 0) fell off the bus")
+    instance = verdict["instances"][0]
+    assert instance["allowed"] is False and instance["gpu_indices"] == [1]
+    assert "GPU_LOST" in codes(instance["reasons"])
+    assert verdict["serving_path"] is None
+    # with one instance on the healthy GPU and tensor_parallel_size 1, GPU_LOST alone still refuses
+    req = request(vllm_args=dict(ARGS, tensor_parallel_size=1), instances=[{"name": "vllm", "port": 8000, "gpus": [1]}])
+    alone = run(gpus=[dict(V100, index=1)], lost_gpus=lost, req=req)
+    assert codes(alone["reasons"]) == ["GPU_LOST"]
+    assert "plan on the 1 healthy GPU" in alone["reasons"][0]["message"]
+    # and without the lost GPU the same request is allowed
+    assert run(gpus=[dict(V100, index=1)], req=req)["allowed"] is True
+
+
 def test_an_instance_naming_a_missing_gpu_is_refused():
     req = request(instances=[{"name": "a", "port": 8000, "gpus": "2,3", "vllm_args": {"tensor_parallel_size": 1}}])
     verdict = run(req=req)
@@ -269,3 +290,47 @@ def test_any_request_gives_a_plan_or_a_clear_input_error(changes):
         return
     assert set(P.STEPS) <= set(verdict["steps"])
     assert verdict["allowed"] == (verdict["reasons"] == [])
+
+
+# --- the runtime's reading of NVIDIA_REQUIRE_CUDA (issue 11 item 3) ---------------------------------
+
+RTX3090 = {"index": 0, "name": "NVIDIA GeForce RTX 3090", "compute_capability": "8.6", "memory_total_mib": 24576}
+IMAGE_12_8 = {"cuda_version": "12.8.1", "arch_list": ["7.0", "7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0"],
+              "vllm_version": "0.10.2",
+              "require_cuda": "cuda>=12.8 brand=tesla,driver>=550,driver<551 brand=nvidia,driver>=550,driver<551"}
+TOOLKIT_1_18 = {"docker_server_version": "26.1.5", "toolkit_version": "1.18.2", "nvidia_ctk_version": "1.18.2",
+                "nvidia_container_runtime_hook": "/usr/bin/nvidia-container-runtime-hook",
+                "toolkit_config": {"path": "/etc/nvidia-container-runtime/config.toml", "exists": True,
+                                   "error": None, "mode": None, "disable_require": False,
+                                   "skip_mode_detection": False},
+                "docker_default_runtime": "runc", "docker_runtimes": {"runc": "runc"}, "docker_cdi_enabled": False,
+                "cdi_specs": []}
+
+
+def test_docker_gpus_goes_through_the_legacy_hook_which_refuses_a_geforce():
+    result = run(gpus=[RTX3090], image=IMAGE_12_8, host=TOOLKIT_1_18,
+                 req=request(vllm_args=dict(ARGS, tensor_parallel_size=1, max_model_len=8192)))
+    assert result["container_runtime"]["enforced"] is True
+    assert "will refuse to start it" in [r["message"] for r in result["reasons"]
+                                         if r["code"] == "DRIVER_TOO_OLD_FOR_IMAGE"][0]
+
+
+def test_nvidia_disable_require_in_the_image_lets_minor_version_compat_decide():
+    image = dict(IMAGE_12_8, env={"NVIDIA_DISABLE_REQUIRE": "true"})
+    result = run(gpus=[RTX3090], image=image, host=TOOLKIT_1_18,
+                 req=request(vllm_args=dict(ARGS, tensor_parallel_size=1, max_model_len=8192)))
+    assert result["container_runtime"]["enforced"] is False
+    assert result["container_runtime"]["disabled_by"] == "NVIDIA_DISABLE_REQUIRE in the image"
+    assert "DRIVER_TOO_OLD_FOR_IMAGE" not in codes(result["reasons"])
+    assert "CUDA_MINOR_VERSION_COMPAT" in codes(result["warnings"])
+
+
+def test_a_runtime_that_would_not_start_a_gpus_container_is_refused_at_the_runtime_step():
+    # mode = "cdi" in config.toml: the hook that docker --gpus runs refuses to work.
+    host = dict(TOOLKIT_1_18, toolkit_config=dict(TOOLKIT_1_18["toolkit_config"], mode="cdi"))
+    result = run(host=host)
+    assert "GPU_RUNTIME_BLOCKED" in codes(result["reasons"])
+    text = [r["message"] for r in result["reasons"] if r["code"] == "GPU_RUNTIME_BLOCKED"][0]
+    assert 'set mode = "auto"' in text
+    assert result["steps"]["runtime"]["action"] == "refuse"
+    assert result["steps"]["runtime"]["reasons"] == ["GPU_RUNTIME_BLOCKED"]

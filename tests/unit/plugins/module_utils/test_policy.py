@@ -27,7 +27,8 @@ FACTS = os.path.join(REFERENCE, "facts.md")
 def _entries():
     for section in ("cuda_toolkits", "minor_version_compatibility", "driver_branches", "architectures",
                     "dtypes", "quantization", "vllm_min_compute_capability", "vllm_releases",
-                    "compressed_tensors_schemes", "forward_compat_image_branches", "cuda_min_target_cc"):
+                    "compressed_tensors_schemes", "forward_compat_image_branches", "cuda_min_target_cc",
+                    "kv_cache_dtypes_by_release"):
         for key, entry in P.SHIPPED[section].items():
             yield section, key, entry
     yield "torch_without_sm70", "-", P.SHIPPED["torch_without_sm70"]
@@ -229,7 +230,7 @@ def test_max_cuda_for_branch():
 def test_merge_policy_defaults():
     policy = P.merge_policy()
     assert policy["settings"]["auto_fix"] is True
-    assert policy["settings"]["reserve_mib"] == P.ACTIVATION_RESERVE_MIB == 1536
+    assert policy["settings"]["reserve_mib"] is P.ACTIVATION_RESERVE_MIB is None  # modelled (_vllm_memory)
     # the shipped data is not mutated by merging
     P.merge_policy({"quantization": {"awq": {"min_cc": {"0.8.5": "7.0"}}}})
     assert P.QUANTIZATION["awq"]["min_cc"]["0.8.5"] == "7.5"

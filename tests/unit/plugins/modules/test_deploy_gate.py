@@ -129,6 +129,34 @@ def test_defaults_give_no_gpu():
     assert _codes(result["reasons"]) == ["NO_GPU"]
 
 
+def test_one_gpu_lost_refuses_with_gpu_lost():
+    """gpu_facts on a 2x V100 host whose first GPU fell off the bus: one healthy GPU, one lost."""
+    lost = [{"bus_id": "0000:3b:00.0", "index": 0, "source": "nvidia_smi",
+             "message": "GPU is lost.  Reboot the system to recover this GPU"}]
+    kind, result = run_module(dict(REFERENCE, gpus=[dict(V100, uuid="GPU-2")], lost_gpus=lost))
+    assert kind == "exit"
+    assert result["allowed"] is False
+    assert _codes(result["reasons"])[0] == "GPU_LOST"
+    message = result["reasons"][0]["message"]
+    assert message.startswith("0000:3b:00.0 (GPU 0) fell off the bus (nvidia-smi: 'GPU is lost.")
+    assert "reboot the host" in message
+    assert "plan on the 1 healthy GPU" in message and "at most 1 (now 2)" in message
+    # the healthy GPU alone cannot carry tensor_parallel_size 2 either
+    assert "TENSOR_PARALLEL_EXCEEDS_GPUS" in _codes(result["reasons"])
+    assert result["verdict"]["instances"][0]["allowed"] is False
+
+
+def test_lost_gpus_default_changes_nothing():
+    kind, result = run_module(dict(REFERENCE, lost_gpus=[]))
+    assert kind == "exit" and result["allowed"] is True
+
+
+def test_malformed_lost_gpus_fail_with_a_message():
+    kind, result = run_module(dict(REFERENCE, lost_gpus=[{"bus_id": "GPU-0", "index": 0, "message": "x"}]))
+    assert kind == "fail"
+    assert "lost_gpus[0].bus_id" in result["msg"]
+
+
 @pytest.mark.parametrize("patch,fragment", [
     ({"gpus": [{"name": "x", "compute_capability": "seven", "memory_total_mib": 1}]}, "gpus[0].compute_capability"),
     ({"driver_version": "banana"}, "driver_version"),
@@ -155,8 +183,8 @@ def test_documentation_parses_and_matches_argument_spec():
     assert doc["module"] == "deploy_gate"
     assert str(doc["version_added"]) == "0.1.0"
     assert set(doc["options"]) == {"gpus", "driver_version", "cuda_driver_version", "nvlink",
-                                   "driver_library_mismatch", "image", "model", "vllm", "policy", "request",
-                                   "host"}
+                                   "driver_library_mismatch", "lost_gpus", "image", "model", "vllm", "policy",
+                                   "request", "host"}
     yaml.safe_load(deploy_gate.EXAMPLES)
     returned = yaml.safe_load(deploy_gate.RETURN)
     assert {"allowed", "reasons", "gate_warnings", "effective_vllm", "plan", "verdict"} <= set(returned)
