@@ -19,6 +19,12 @@ import math
 import re
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._vllm_memory import profile_reserve
+from ansible_collections.labfleet.vllm.plugins.module_utils._vllm_startup import (
+    STARTUP_REASON_CODES,
+    STARTUP_WARNING_CODES,
+    StartupInputError,
+    startup_checks,
+)
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
     POLICY_VERSION,
     DTYPE_ALIASES,
@@ -98,13 +104,16 @@ WARNING_CODES = {
     "QUANTIZATION_UNKNOWN_TO_POLICY": "The quantization method is not in the policy; its needs were not checked.",
     "QUANTIZATION_SCHEME_UNCHECKED": "compressed-tensors: the scheme could not be judged (unknown scheme "
                                      "or vLLM version, or its kernel is chosen at load).",
-    "MAX_MODEL_LEN_EXCEEDS_MODEL": "max_model_len is above the model's max_position_embeddings.",
     "MEMORY_PLAN_INCOMPLETE": "Inputs for the memory plan are missing; the VRAM check was partial.",
     "WEIGHTS_ESTIMATED": "Weight bytes were estimated from param_count.",
     "GPU_MEMORY_UNEVEN": "The GPUs differ in memory size; the plan uses the smallest.",
     "ARCH_UNKNOWN": "The compute capability maps to no architecture in the policy; driver checks skipped.",
     "VLLM_VERSION_UNKNOWN": "image.vllm_version could not be read; version-dependent checks used lenient values.",
 }
+
+# The startup checks of _vllm_startup.py (vLLM's own config validation) report through the gate.
+REASON_CODES.update(STARTUP_REASON_CODES)
+WARNING_CODES.update(STARTUP_WARNING_CODES)
 
 VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 
@@ -384,6 +393,7 @@ def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm
             name = name[6:]
         mdl["torch_dtype"] = DTYPE_ALIASES.get(name, name)
     out["model"] = mdl
+    out["model_raw"] = dict(model)
 
     # vllm -------------------------------------------------------------------------------------
     vllm = _to_mapping(vllm, "vllm", "tensor_parallel_size, pipeline_parallel_size, dtype, quantization, "
@@ -1297,6 +1307,29 @@ class _Evaluation:
                         % (entry.get("label", key), text, " or ".join(allowed), self.vllm_label(), dtype,
                            "torch." + dtype, text, allowed[0]))
 
+    def check_startup(self):
+        """vLLM's startup validation for what the probes know (_vllm_startup.startup_checks): config
+        divisibility by tensor parallelism, context length with rope scaling, scheduler limits, block
+        and head sizes of the attention backend the GPU gets, per-release flags."""
+        args = dict(self.effective)
+        for key in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "max_num_seqs",
+                    "gpu_memory_utilization", "cpu_offload_gb"):
+            if self.args.get(key) is not None:
+                args[key] = self.args[key]
+        if not isinstance(args.get("enforce_eager"), bool):
+            args["enforce_eager"] = self.enforce_eager()
+        args["quantization"] = self.args["quantization_text"]
+        gpus = [{"cc": g["cc"], "memory_mib": g["memory_mib"], "name": g["name"]} for g in self.known]
+        try:
+            findings = startup_checks(self.inputs["model_raw"], args, gpus, self.version)
+        except StartupInputError as exc:
+            raise GateInputError(str(exc))
+        for item in findings:
+            if item["level"] == "reason":
+                self.reason(item["code"], item["message"])
+            else:
+                self.warn(item["code"], item["message"])
+
     def check_parallel(self):
         tp = self.args["tensor_parallel_size"] or 1
         pp = self.args["pipeline_parallel_size"] or 1
@@ -1395,12 +1428,6 @@ class _Evaluation:
         max_len = self.args["max_model_len"] or self.model["max_position_embeddings"]
         if max_len is None:
             missing.append("vllm.max_model_len or model.max_position_embeddings")
-        position_limit = self.model["max_position_embeddings"]
-        if self.args["max_model_len"] and position_limit and self.args["max_model_len"] > position_limit:
-            self.warn("MAX_MODEL_LEN_EXCEEDS_MODEL",
-                      "max_model_len %d is above the model's max_position_embeddings %d: vLLM refuses it unless "
-                      "the model's rope scaling extends the context or VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set; "
-                      "lower max_model_len to %d" % (self.args["max_model_len"], position_limit, position_limit))
 
         kv_budget = None
         kv_tokens = None
@@ -1566,6 +1593,7 @@ class _Evaluation:
         self.check_dtype()
         self.check_quantization()
         self.check_parallel()
+        self.check_startup()
         plan = self.memory_plan()
         self.apply_policy_codes()
         return {

@@ -210,6 +210,9 @@ def parse_config(cfg, path="config.json"):
     vocab_size = _positive_int(arch_cfg, "vocab_size", path, where)
     if vocab_size is None and arch_cfg is not cfg:
         vocab_size = _positive_int(cfg, "vocab_size", path)
+    intermediate_size = _positive_int(arch_cfg, "intermediate_size", path, where)
+    model_max_length = _positive_int(arch_cfg, "model_max_length", path, where)
+    rope_scaling, sliding_window, use_sliding_window = _startup_facts(arch_cfg, path, where)
 
     return {
         "model_type": model_type,
@@ -223,8 +226,38 @@ def parse_config(cfg, path="config.json"):
         "max_position_embeddings": context,
         "torch_dtype": torch_dtype,
         "vocab_size": vocab_size,
+        "intermediate_size": intermediate_size,
+        "model_max_length": model_max_length,
+        "rope_scaling": rope_scaling,
+        "sliding_window": sliding_window,
+        "use_sliding_window": use_sliding_window,
         "text_config_used": arch_cfg is not cfg,
     }, notes
+
+
+def _startup_facts(arch_cfg, path, where=""):
+    """(rope_scaling, sliding_window, use_sliding_window) as config.json declares them, for vLLM's
+    startup checks (_vllm_startup): rope_scaling (or Transformers v5's rope_parameters) a dict or
+    None; sliding_window an int, a per-layer list of ints/nulls, or None; use_sliding_window a bool
+    or None."""
+    rope = arch_cfg.get("rope_scaling")
+    key = "rope_scaling"
+    if rope is None and arch_cfg.get("rope_parameters") is not None:
+        rope, key = arch_cfg.get("rope_parameters"), "rope_parameters"
+    if rope is not None and not isinstance(rope, dict):
+        raise ModelFileError(path, "%s%s must be a JSON object or null, found %r" % (where, key, rope))
+    window = arch_cfg.get("sliding_window")
+    if isinstance(window, list):
+        if not all(w is None or (_is_int(w) and w >= 0) for w in window):
+            raise ModelFileError(path, "%ssliding_window must be an integer, a list of integers or null, found %r"
+                                 % (where, window))
+    elif window is not None and not (_is_int(window) and window >= 0):
+        raise ModelFileError(path, "%ssliding_window must be an integer, a list of integers or null, found %r"
+                             % (where, window))
+    use = arch_cfg.get("use_sliding_window")
+    if use is not None and not isinstance(use, bool):
+        raise ModelFileError(path, "%suse_sliding_window must be true, false or null, found %r" % (where, use))
+    return (dict(rope) if rope is not None else None), (list(window) if isinstance(window, list) else window), use
 
 
 # ---------------------------------------------------------------------------------------------
@@ -740,8 +773,11 @@ def disk_usage(path):
 # The whole directory
 # ---------------------------------------------------------------------------------------------
 
-GATE_KEYS = ("weight_bytes", "param_count", "quant_method", "num_hidden_layers", "num_key_value_heads",
-             "head_dim", "max_position_embeddings", "torch_dtype")
+GATE_KEYS = ("weight_bytes", "param_count", "quant_method", "quant_scheme", "quant_bits", "quant_group_size",
+             "num_hidden_layers", "num_key_value_heads", "head_dim", "max_position_embeddings", "torch_dtype",
+             # config.json facts vLLM's startup checks read (_vllm_startup.startup_checks)
+             "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size", "model_type", "architectures",
+             "rope_scaling", "sliding_window", "use_sliding_window", "model_max_length", "text_config_used")
 
 
 def gate_input(model):

@@ -432,8 +432,8 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
     # docker --gpus; the image's environment (NVIDIA_DISABLE_REQUIRE) and the toolkit's mode decide.
     image_env = image.get("env") if isinstance(image.get("env"), dict) else None
     runtime = require_cuda_enforcement(host, gpu_run_args=list(GPU_RUN_ARGS), image_env=image_env)
-    if runtime["enforced"] is None and not any(host.get(k) for k in ("toolkit_version", "nvidia_ctk_version",
-                                                                       "nvidia_container_cli_version")):
+    toolkit_keys = ("toolkit_version", "nvidia_ctk_version", "nvidia_container_cli_version")
+    if runtime["enforced"] is None and not any(host.get(k) for k in toolkit_keys):
         runtime["why"] = ("no NVIDIA container toolkit on the host yet; the container_runtime role installs it, "
                           "and with Docker's default runtime runc, docker --gpus runs its legacy hook")
     common = dict(image=image, model=model, policy_overrides=policy_overrides, nvlink=nvlink, today=today,

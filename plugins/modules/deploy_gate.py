@@ -63,6 +63,32 @@ description:
     C(request.driver.allow_change); V(INSTANCE_GPUS_UNAVAILABLE) an instance names a GPU index the host lacks;
     V(GPU_RUNTIME_BLOCKED) the host's NVIDIA container runtime would not start a C(--gpus) container at all
     (from O(host), see C(container_runtime) in the result)."
+  - "Reason codes from vLLM's startup validation (docs/deploy_gate.md lists each check with its source
+    lines): V(ATTENTION_HEADS_NOT_DIVISIBLE) num_attention_heads is not divisible by tensor_parallel_size;
+    V(KV_HEADS_NOT_DIVISIBLE) num_key_value_heads and tensor_parallel_size do not divide one another;
+    V(INTERMEDIATE_SIZE_NOT_DIVISIBLE) the MLP's intermediate_size is not divisible by tensor_parallel_size;
+    V(QUANT_GROUP_SIZE_NOT_ALIGNED) a GPTQ/AWQ row-parallel layer's per-GPU input is not a multiple of the group
+    size; V(MAX_MODEL_LEN_EXCEEDS_MODEL) max_model_len is above the context the model's config.json derives
+    (max_position_embeddings with rope scaling); V(SLIDING_WINDOW_DISABLE_UNSUPPORTED) disable_sliding_window
+    with a rope-scaled model (vLLM 0.8.5); V(PREFIX_CACHING_WITH_SLIDING_WINDOW) prefix caching on a
+    sliding-window model in vLLM 0.8.5's V0 engine; V(MAX_NUM_BATCHED_TOKENS_TOO_SMALL) max_num_batched_tokens
+    is below max_model_len (chunked prefill off) or below max_num_seqs; V(GPU_MEMORY_UTILIZATION_INVALID)
+    gpu_memory_utilization is not in (0, 1]; V(CPU_OFFLOAD_GB_NEGATIVE) cpu_offload_gb is negative;
+    V(KV_CACHE_DTYPE_CONFLICTS_WITH_CHECKPOINT) kv_cache_dtype fp8_e5m2 with a checkpoint whose quantization
+    loads KV-cache scales (fp8, modelopt, compressed-tensors, quark); V(BLOCK_SIZE_UNSUPPORTED) the KV-cache
+    block_size is not one the release or its attention kernels take; V(HEAD_SIZE_UNSUPPORTED) the attention
+    backend vLLM picks for this GPU does not support the model's head size; V(ATTENTION_BACKEND_UNAVAILABLE)
+    vLLM 0.19.1 finds no attention backend for this GPU, dtype, KV-cache dtype, head size and block size;
+    V(DTYPE_UNSUPPORTED_BY_MODEL) vLLM 0.19.1 refuses float16 for this model type (numerical instability);
+    V(QUANTIZATION_DEPRECATED) vLLM 0.19.1 refuses a deprecated quantization method unless
+    C(--allow-deprecated-quantization) is set; V(VLLM_ARG_UNKNOWN_TO_IMAGE) the image's vLLM has no such
+    command-line flag (argparse exits); V(PIPELINE_PARALLEL_UNSUPPORTED_MODEL) pipeline_parallel_size > 1 for an
+    architecture without pipeline parallelism (no SupportsPP)."
+  - "Warning codes from vLLM's startup validation: V(STARTUP_CHECKS_PARTIAL) the image's vLLM version is unknown
+    or neither 0.8.5 nor 0.19.1: only the checks both releases share were made; V(ATTENTION_BACKEND_FALLBACK)
+    the requested block_size rules out the preferred attention backend; vLLM uses a slower one;
+    V(CHUNKED_PREFILL_OVERRIDDEN) enable_chunked_prefill false is ignored (0.8.5 V1 engine) or unsupported
+    (0.19.1) for this model."
   - "Warning codes: V(DRIVER_UNKNOWN) no driver version (driver absent), driver checks skipped;
     V(DRIVER_BRANCH_EOL) the driver branch is end of life;
     V(CUDA_MINOR_VERSION_COMPAT) the image's CUDA is newer than the driver's and runs through minor version
@@ -76,7 +102,6 @@ description:
     V(KV_CACHE_DTYPE_UNVERIFIED) an FP8 KV cache below compute capability 8.0 is not verified;
     V(QUANTIZATION_UNKNOWN_TO_POLICY) the method is not in the policy, not checked;
     V(QUANTIZATION_SCHEME_UNCHECKED) a compressed-tensors scheme could not be judged;
-    V(MAX_MODEL_LEN_EXCEEDS_MODEL) max_model_len is above max_position_embeddings;
     V(MEMORY_PLAN_INCOMPLETE) inputs for the memory plan are missing; V(WEIGHTS_ESTIMATED) weight bytes
     estimated from param_count; V(GPU_MEMORY_UNEVEN) the GPUs differ in memory size;
     V(ARCH_UNKNOWN) the compute capability maps to no architecture in the policy;

@@ -127,6 +127,28 @@ model:
       description: Unquantized dtype (C(config.json), else the dominant float dtype of the weights).
       type: str
       sample: bfloat16
+    vocab_size:
+      description: Vocabulary size.
+      type: int
+      sample: 128256
+    intermediate_size:
+      description: The MLP's intermediate size (vLLM splits it across tensor-parallel GPUs).
+      type: int
+      sample: 28672
+    model_max_length:
+      description: C(model_max_length) of C(config.json) (Command-R style context key); null when absent.
+      type: int
+    rope_scaling:
+      description: C(rope_scaling) of C(config.json) (or C(rope_parameters)) as declared; null when absent.
+      type: dict
+      sample: {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}
+    sliding_window:
+      description: C(sliding_window) of C(config.json) (an int, a per-layer list, or null).
+      type: raw
+      sample: 4096
+    use_sliding_window:
+      description: C(use_sliding_window) of C(config.json) (Qwen2 style switch); null when absent.
+      type: bool
     text_config_used:
       description: Whether the architecture numbers came from a nested C(text_config).
       type: bool
@@ -232,8 +254,11 @@ model:
       elements: str
     gate:
       description: Exactly the keys the C(model) option of M(labfleet.vllm.deploy_gate) takes
-        (weight_bytes, param_count, quant_method, num_hidden_layers, num_key_value_heads, head_dim,
-        max_position_embeddings, torch_dtype).
+        (weight_bytes, param_count, quant_method, quant_scheme, quant_bits, quant_group_size,
+        num_hidden_layers, num_key_value_heads, head_dim, max_position_embeddings, torch_dtype, and
+        for vLLM's startup checks hidden_size, num_attention_heads, intermediate_size, vocab_size,
+        model_type, architectures, rope_scaling, sliding_window, use_sliding_window, model_max_length,
+        text_config_used).
       type: dict
 """
 

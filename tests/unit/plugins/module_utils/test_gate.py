@@ -532,10 +532,11 @@ def test_memory_plan_incomplete_without_model():
     assert result["allowed"] is True
 
 
-def test_max_model_len_above_model_limit_warns():
+def test_max_model_len_above_model_limit_is_refused():
+    # vLLM's _get_and_verify_max_len raises (the startup checks, _vllm_startup.py).
     result = gate(vllm=dict(FP16_TP2, max_model_len="16K"))
     assert result["plan"]["max_model_len"] == 16384
-    assert "MAX_MODEL_LEN_EXCEEDS_MODEL" in codes(result, "warnings")
+    assert "MAX_MODEL_LEN_EXCEEDS_MODEL" in codes(result)
 
 
 def test_default_gpu_memory_utilization_and_model_length():

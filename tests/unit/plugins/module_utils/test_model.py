@@ -166,6 +166,70 @@ def test_head_dim_null_uses_default():
     assert arch["head_dim"] == 64
 
 
+# The facts vLLM's startup checks read (_vllm_startup), from public config.json files.
+_LLAMA_3_1_8B_CONFIG = {  # meta-llama/Llama-3.1-8B
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32, "max_position_embeddings": 131072,
+    "vocab_size": 128256, "torch_dtype": "bfloat16",
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+}
+_QWEN2_5_7B_CONFIG = {  # Qwen/Qwen2.5-7B-Instruct
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+    "num_attention_heads": 28, "num_key_value_heads": 4, "num_hidden_layers": 28, "max_position_embeddings": 32768,
+    "vocab_size": 152064, "rope_scaling": None, "sliding_window": 131072, "use_sliding_window": False,
+    "max_window_layers": 28, "torch_dtype": "bfloat16",
+}
+_MISTRAL_7B_V0_1_CONFIG = {  # mistralai/Mistral-7B-v0.1
+    "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32, "max_position_embeddings": 32768,
+    "vocab_size": 32000, "sliding_window": 4096, "torch_dtype": "bfloat16",
+}
+
+
+def test_startup_facts_llama_3_1():
+    arch = M.parse_config(_LLAMA_3_1_8B_CONFIG)[0]
+    assert (arch["intermediate_size"], arch["vocab_size"], arch["num_attention_heads"]) == (14336, 128256, 32)
+    assert arch["rope_scaling"]["rope_type"] == "llama3" and arch["rope_scaling"]["factor"] == 8.0
+    assert (arch["sliding_window"], arch["use_sliding_window"], arch["model_max_length"]) == (None, None, None)
+    assert arch["architectures"] == ["LlamaForCausalLM"]
+
+
+def test_startup_facts_sliding_window():
+    qwen = M.parse_config(_QWEN2_5_7B_CONFIG)[0]
+    assert (qwen["sliding_window"], qwen["use_sliding_window"], qwen["rope_scaling"]) == (131072, False, None)
+    assert qwen["intermediate_size"] == 18944
+    mistral = M.parse_config(_MISTRAL_7B_V0_1_CONFIG)[0]
+    assert (mistral["sliding_window"], mistral["use_sliding_window"]) == (4096, None)
+    # per-layer windows (interleaved attention) are kept as the list
+    layered = M.parse_config(dict(_MISTRAL_7B_V0_1_CONFIG, sliding_window=[4096, None]))[0]
+    assert layered["sliding_window"] == [4096, None]
+    # Transformers v5 names it rope_parameters
+    v5 = dict(_LLAMA_3_1_8B_CONFIG, rope_parameters=_LLAMA_3_1_8B_CONFIG["rope_scaling"], rope_scaling=None)
+    assert M.parse_config(v5)[0]["rope_scaling"]["original_max_position_embeddings"] == 8192
+
+
+def test_startup_facts_from_text_config(tmp_path):
+    model = _model(tmp_path, "multimodal", "BF16")[0]
+    assert (model["intermediate_size"], model["vocab_size"]) == (512, 512)
+    assert model["gate"]["intermediate_size"] == 512
+    assert model["gate"]["architectures"] == ["Mistral3ForConditionalGeneration"]
+    assert model["gate"]["text_config_used"] is True
+
+
+@pytest.mark.parametrize("key, value, problem", [
+    ("rope_scaling", [8.0], "rope_scaling must be a JSON object or null"),
+    ("sliding_window", "4k", "sliding_window must be an integer, a list of integers or null"),
+    ("sliding_window", [4096, -1], "sliding_window must be an integer, a list of integers or null"),
+    ("use_sliding_window", "no", "use_sliding_window must be true, false or null"),
+    ("intermediate_size", 0, "intermediate_size must be a positive integer"),
+])
+def test_startup_facts_malformed(key, value, problem):
+    with pytest.raises(M.ModelFileError) as err:
+        M.parse_config(dict(_MISTRAL_7B_V0_1_CONFIG, **{key: value}))
+    assert problem in str(err.value)
+
+
 def test_torch_dtype_inferred_from_weights(tmp_path):
     B.model_dir(str(tmp_path), "plain", "F16")
     cfg = json.load(open(str(tmp_path / "config.json")))
