@@ -551,6 +551,8 @@ def _q(label, min_cc_0_8_5, min_cc_0_19_1, bytes_per_param, source="S-VLLM-QUANT
         # The serving dtypes the method runs with (get_supported_act_dtypes), per release ("since"
         # keys); vLLM refuses any other dtype when it builds the quantization config (S-VLLM-ACTDTYPE).
         entry["act_dtypes"] = act_dtypes if isinstance(act_dtypes, dict) else {"0.8.5": list(act_dtypes)}
+        entry["field_source"] = {"act_dtypes": "S-VLLM-ACTDTYPE"}
+        entry["field_confidence"] = {"act_dtypes": "verified"}
     if min_cc_0_8_5 is not None:
         entry["min_cc"]["0.8.5"] = min_cc_0_8_5
     if min_cc_0_19_1 is not None:
