@@ -1,0 +1,849 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the labfleet.vllm collection: this file is not a public API, its names and
+# structure may change in any release. Use the labfleet.vllm.nvfp4_dequantize module (or
+# scripts/nvfp4_dequantize.py) instead.
+"""Dequantize an NVFP4 checkpoint (ModelOpt or compressed-tensors layout) to FP16, streaming.
+
+Formats (all from /work/shared/reference/facts.md section 4, confidence "verified"):
+
+- FP4 E2M1 element: sign in bit 3, magnitude bits index ``[0, .5, 1, 1.5, 2, 3, 4, 6]``
+  (ModelOpt ``nvfp4_tensor.py`` ``e2m1_values``; vLLM 0.19.1
+  ``model_executor/layers/quantization/utils/nvfp4_emulation_utils.py`` ``kE2M1ToFloat``).
+- Two elements per uint8, element 2i in the low nibble, 2i+1 in the high nibble; packed weight
+  ``[N, K/2]`` (ModelOpt ``(q[..., 1::2] << 4) | q[..., 0::2]``; vLLM ``break_fp4_bytes``).
+- Block scale per 16 elements along K: float8_e4m3fn ``[N, K/16]``, row-major, not swizzled in the
+  checkpoint (vLLM swizzles internally only).
+- ModelOpt: ``W = e2m1 * (float(weight_scale) * weight_scale_2)`` (``NVFP4QTensor.dequantize``:
+  ``per_block_scale = scale * double_scale``).
+- compressed-tensors ``nvfp4-pack-quantized``: ``W = e2m1 * (float(weight_scale) /
+  weight_global_scale)`` (the global scale is a divisor; vLLM ``dequantize_to_dtype``:
+  ``fp4 * (sf_fp32 / global_scale)``).
+
+Arithmetic (the contract the tests check bit for bit): the block scale is computed once in
+float32 (``scale_fp32 * scale_2`` or ``scale_fp32 / global_scale``, one float32 rounding), the
+element is ``e2m1_fp32 * block_scale`` in float32 (one more rounding), and the result is cast
+once to float16 with IEEE round-to-nearest-even (numpy ``astype``). Values beyond float16's range
+become +-inf (only possible if the original weights exceeded it). NaN: E2M1 has no NaN;
+float8_e4m3fn codes 0x7F and 0xFF are NaN and make their whole 16-element block NaN (NaN * x is
+NaN, also for x = 0), which the float16 cast keeps. A non-finite or zero per-tensor scale is
+refused (it would turn the whole tensor into inf/NaN), naming the tensor.
+
+The converter reads one tensor at a time through ``numpy.memmap`` and writes FP16 row blocks
+straight into the output shard, so memory is bounded by the row block, not the model.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import struct
+import queue
+import tempfile
+import threading
+
+try:
+    import numpy as np
+    HAS_NUMPY = True
+    NUMPY_IMPORT_ERROR = None
+except ImportError as _exc:  # pragma: no cover - exercised by ansible-test's import sanity test
+    np = None
+    HAS_NUMPY = False
+    NUMPY_IMPORT_ERROR = _exc
+
+CONVERTER_VERSION = "1"
+MANIFEST_FILE = "nvfp4_dequantize_manifest.json"
+INDEX_FILE = "model.safetensors.index.json"
+BLOCK = 16
+# Elements per row block (float32 work buffer = 4 bytes each): bounds the converter's memory.
+BLOCK_ELEMENTS = 1 << 22
+MAX_HEADER_BYTES = 100000000
+
+# FP4 E2M1, code -> value; bit 3 is the sign (facts.md section 4, verified).
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+               -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+# Bytes per element of the safetensors dtypes this converter reads or writes.
+DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
+               "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4,
+               "I64": 8, "U64": 8, "F64": 8}
+_NUMPY_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "F8_E4M3": "uint8", "F8_E5M2": "uint8",
+                 "F8_E8M0": "uint8", "I16": "<i2", "U16": "<u2", "F16": "<f2", "BF16": "<u2",
+                 "I32": "<i4", "U32": "<u4", "F32": "<f4", "I64": "<i8", "U64": "<u8", "F64": "<f8"}
+# Float weights converted to float16; everything else (integer buffers, bool, F16, F64) is kept.
+_TO_FP16 = ("BF16", "F32")
+
+# Tensors of a quantized layer that the FP16 model no longer needs (suffix after the layer name).
+_MODELOPT_AUX = ("weight_scale", "weight_scale_2", "input_scale")
+_CT_AUX = ("weight_scale", "weight_global_scale", "input_global_scale", "weight_zero_point", "weight_shape")
+# Quantized-KV-cache and activation scales: meaningless without --quantization, dropped.
+_KV_SCALES = ("k_scale", "v_scale", "q_scale", "prob_scale")
+
+# Files copied unchanged into the output (the rest is listed in files_skipped).
+_COPY_PATTERNS = (r"tokenizer.*", r"generation_config\.json", r"special_tokens_map\.json", r"added_tokens\.json",
+                  r"vocab\..*", r"merges\.txt", r".*\.tiktoken", r"chat_template.*", r"preprocessor_config\.json",
+                  r"processor_config\.json", r"README(\..*)?", r"LICENSE.*", r"NOTICE.*")
+# Quantization descriptions that must not follow the FP16 weights (vLLM would read them).
+_QUANT_FILES = ("hf_quant_config.json", "quant_config.json", "quantize_config.json")
+# Reference deployment's quant_config.json quant_method values of the NVFP4 family.
+_NVFP4_METHODS = ("nvfp4", "modelopt_fp4", "modelopt", "fp4", "nvfp4-pack-quantized")
+
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "TB": 10 ** 12,
+               "KIB": 2 ** 10, "MIB": 2 ** 20, "GIB": 2 ** 30, "TIB": 2 ** 40}
+
+
+class Nvfp4Error(Exception):
+    """The checkpoint cannot be converted; the message says what is wrong and what to change."""
+
+
+def _need_numpy():
+    if not HAS_NUMPY:
+        raise Nvfp4Error("numpy is required to dequantize NVFP4 (install python3-numpy or `pip install numpy` "
+                         "on the host that runs the conversion): %s" % NUMPY_IMPORT_ERROR)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------------
+
+
+def e4m3_table():
+    """float32[256]: float8_e4m3fn code -> value.
+
+    1 sign bit, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is subnormal
+    (mantissa/8 * 2^-6); no infinities; 0x7F and 0xFF (exponent and mantissa all ones) are NaN;
+    max finite 448 (OCP FP8 spec, torch.float8_e4m3fn).
+    """
+    _need_numpy()
+    codes = np.arange(256, dtype=np.int32)
+    sign = np.where(codes & 0x80, -1.0, 1.0)
+    exponent = (codes >> 3) & 0xF
+    mantissa = (codes & 0x7).astype(np.float64)
+    normal = (1.0 + mantissa / 8.0) * np.exp2(exponent.astype(np.float64) - 7.0)
+    subnormal = mantissa / 8.0 * 2.0 ** -6
+    values = sign * np.where(exponent == 0, subnormal, normal)
+    values[(codes & 0x7F) == 0x7F] = np.nan
+    return values.astype(np.float32)
+
+
+def byte_lut(dtype="float32"):
+    """[256, 2] table: packed byte -> (value of the low nibble = element 2i, high nibble = 2i+1)."""
+    _need_numpy()
+    e2m1 = np.array(E2M1_VALUES, dtype=np.float32)
+    codes = np.arange(256)
+    return np.stack([e2m1[codes & 0xF], e2m1[codes >> 4]], axis=1).astype(dtype)
+
+
+_CACHE = {}
+
+
+def _tables():
+    if not _CACHE:
+        # Both float32 values of a byte as one 8-byte word: one gather per byte (the memory order of
+        # the pair is kept by the two views, so this does not depend on the host's endianness).
+        _CACHE["lut"] = np.ascontiguousarray(byte_lut(np.float32)).view(np.uint64).reshape(256)
+        _CACHE["e4m3"] = e4m3_table()
+    return _CACHE["lut"], _CACHE["e4m3"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Dequantization
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_shapes(packed, scale, name):
+    if packed.ndim != 2 or scale.ndim != 2:
+        raise Nvfp4Error("%s: packed weight and block scale must be 2-D, found shapes %r and %r"
+                         % (name, tuple(packed.shape), tuple(scale.shape)))
+    rows, half = packed.shape
+    cols = half * 2
+    if cols % BLOCK:
+        raise Nvfp4Error("%s: %d input features is not a multiple of the NVFP4 block size %d" % (name, cols, BLOCK))
+    if tuple(scale.shape) != (rows, cols // BLOCK):
+        raise Nvfp4Error("%s: block scale shape %r does not match packed weight %r (expected %r: one scale per "
+                         "16 elements, row-major, not swizzled)"
+                         % (name, tuple(scale.shape), tuple(packed.shape), (rows, cols // BLOCK)))
+    return rows, cols
+
+
+def _per_tensor(value, name):
+    value = np.float32(np.asarray(value, dtype=np.float32).reshape(-1)[0]) if np.size(value) == 1 else None
+    if value is None:
+        raise Nvfp4Error("%s: the per-tensor scale must hold exactly one value" % name)
+    if not np.isfinite(value) or value == 0:
+        raise Nvfp4Error("%s: per-tensor scale is %r; the checkpoint is damaged (a zero or non-finite global "
+                         "scale makes the whole tensor inf/NaN). Re-download or re-quantize it." % (name, float(value)))
+    return value
+
+
+def pair_lut(e4m3, tensor_scale, divide):
+    """uint32 [256 scale codes, 256 packed bytes]: the two float16 results of one packed byte under
+    one block-scale code as one 4-byte word (element 2i, the low nibble, first in memory), so that a
+    gathered array of them viewed as float16 is the dequantized row.
+
+    Each entry is computed exactly like the element-wise definition: the block scale in float32
+    (e4m3 x tensor scale, or e4m3 / tensor scale), times the e2m1 value in float32, one cast to
+    float16. Only 65536 products exist per tensor, so the tensor itself needs one gather per byte.
+    """
+    lut, _e4m3 = _tables()
+    block_scale = e4m3.copy()
+    if divide:
+        np.divide(block_scale, np.float32(tensor_scale), out=block_scale)
+    else:
+        np.multiply(block_scale, np.float32(tensor_scale), out=block_scale)
+    pairs = lut.view(np.float32).reshape(256, 2)          # [byte, (low, high)] e2m1 values
+    values = pairs[None, :, :] * block_scale[:, None, None]   # float32 [scale, byte, 2]
+    # [scale, byte, 2] float16, contiguous: viewing each pair as one 4-byte word keeps the memory
+    # order of the two halves, so the gathered words viewed as float16 do not depend on endianness.
+    return np.ascontiguousarray(values.astype(np.float16)).view(np.uint32).reshape(256, 256)
+
+
+def iter_dequantized(packed, scale, tensor_scale, divide, name="tensor", reuse=True):
+    """Yield float16 row blocks of the dequantized tensor (see the module docstring for the math);
+    with ``reuse`` each block is only valid until the next one is asked for (the buffers are reused),
+    without it every block is a new array (for a consumer that keeps blocks, like a writer thread).
+
+    ``divide`` False: block scale = scale * tensor_scale (ModelOpt); True: scale / tensor_scale
+    (compressed-tensors). One table lookup per packed byte (pair_lut): index = scale code << 8 | byte.
+    """
+    _need_numpy()
+    _lut, e4m3 = _tables()
+    rows, cols = _check_shapes(packed, scale, name)
+    tensor_scale = _per_tensor(tensor_scale, name)
+    step = max(1, BLOCK_ELEMENTS // max(cols, 1))
+    nblk = cols // BLOCK
+    first = min(step, rows)
+    with np.errstate(over="ignore", invalid="ignore"):
+        table = pair_lut(e4m3, tensor_scale, divide).reshape(-1)
+        # intp indices and mode="clip" (every index is below 65536 by construction) let numpy's take
+        # skip both the index conversion and the bounds check: several times faster than uint16.
+        index = np.empty((first, nblk, BLOCK // 2), dtype=np.intp)
+        words = np.empty((first, nblk, BLOCK // 2), dtype=np.uint32)
+        high = np.empty((first, nblk, 1), dtype=np.intp)
+        for r0 in range(0, rows, step):
+            r1 = min(rows, r0 + step)
+            n = r1 - r0
+            # index = scale code << 8 | packed byte; one scale code covers 16 elements = 8 bytes
+            np.left_shift(np.asarray(scale[r0:r1], dtype=np.uint8)[:, :, None], 8, out=high[:n], dtype=np.intp)
+            np.bitwise_or(np.asarray(packed[r0:r1], dtype=np.uint8).reshape(n, nblk, BLOCK // 2), high[:n],
+                          out=index[:n], dtype=np.intp)
+            if reuse:
+                # The block is a view of a buffer reused by the next iteration: consume it first.
+                np.take(table, index[:n], out=words[:n], mode="clip")
+                yield words[:n].view(np.float16).reshape(n, cols)
+            else:
+                yield np.take(table, index[:n], mode="clip").view(np.float16).reshape(n, cols)
+
+
+def _dequantize(packed, scale, tensor_scale, divide):
+    _need_numpy()
+    packed = np.asarray(packed)
+    rows, cols = _check_shapes(packed, np.asarray(scale), "tensor")
+    out = np.empty((rows, cols), dtype=np.float16)
+    r0 = 0
+    for block in iter_dequantized(packed, np.asarray(scale), tensor_scale, divide):
+        out[r0:r0 + block.shape[0]] = block
+        r0 += block.shape[0]
+    return out
+
+
+def dequantize_modelopt(packed, scale, scale_2):
+    """uint8 [rows, cols/2], e4m3 bytes [rows, cols/16], float -> float16 [rows, cols]
+    (value = e2m1 * (scale * scale_2))."""
+    return _dequantize(packed, scale, scale_2, False)
+
+
+def dequantize_compressed_tensors(packed, scale, global_scale):
+    """uint8 [rows, cols/2], e4m3 bytes [rows, cols/16], float -> float16 [rows, cols]
+    (value = e2m1 * (scale / global_scale))."""
+    return _dequantize(packed, scale, global_scale, True)
+
+
+# ---------------------------------------------------------------------------------------------
+# safetensors
+# ---------------------------------------------------------------------------------------------
+
+
+def read_header(path):
+    """{"path", "data_start", "file_bytes", "tensors": {name: {dtype, shape, offsets}}} of one file."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            prefix = handle.read(8)
+            if len(prefix) < 8:
+                raise Nvfp4Error("%s: truncated (shorter than the 8-byte header length); re-download it" % path)
+            (length,) = struct.unpack("<Q", prefix)
+            if length == 0 or length > MAX_HEADER_BYTES or length > size - 8:
+                raise Nvfp4Error("%s: header length %d is impossible for a %d-byte file: not a safetensors file, "
+                                 "or truncated; re-download it" % (path, length, size))
+            raw = handle.read(length)
+        header = json.loads(raw.decode("utf-8"))
+    except (IOError, OSError) as exc:
+        raise Nvfp4Error("%s: cannot be read (%s)" % (path, exc))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise Nvfp4Error("%s: header is not valid JSON (%s); re-download it" % (path, exc))
+    if not isinstance(header, dict):
+        raise Nvfp4Error("%s: header must be a JSON object" % path)
+    header.pop("__metadata__", None)
+    data_start = 8 + length
+    tensors = {}
+    for name, info in header.items():
+        try:
+            dtype, shape, offsets = info["dtype"], [int(d) for d in info["shape"]], [int(o) for o in info["data_offsets"]]
+        except (TypeError, KeyError, ValueError):
+            raise Nvfp4Error("%s: tensor %r has a malformed entry (needs dtype, shape, data_offsets)" % (path, name))
+        numel = 1
+        for dim in shape:
+            numel *= dim
+        if dtype in DTYPE_BYTES and offsets[1] - offsets[0] != numel * DTYPE_BYTES[dtype]:
+            raise Nvfp4Error("%s: tensor %r spans %d bytes but shape %r of %s needs %d"
+                             % (path, name, offsets[1] - offsets[0], shape, dtype, numel * DTYPE_BYTES[dtype]))
+        if offsets[0] < 0 or data_start + offsets[1] > size:
+            raise Nvfp4Error("%s: tensor %r lies outside the file (truncated?); re-download it" % (path, name))
+        tensors[name] = {"dtype": dtype, "shape": shape, "offsets": offsets, "file": path}
+    return {"path": path, "data_start": data_start, "file_bytes": size, "tensors": tensors}
+
+
+def load_tensor(header, name):
+    """numpy array (read-only memmap) of one tensor; F8/BF16 come back as their raw uint8/uint16 bits."""
+    _need_numpy()
+    info = header["tensors"][name]
+    dtype = _NUMPY_DTYPES.get(info["dtype"])
+    if dtype is None:
+        raise Nvfp4Error("%s: tensor %r has dtype %s, which this converter cannot read"
+                         % (header["path"], name, info["dtype"]))
+    begin, end = info["offsets"]
+    if end == begin:
+        return np.zeros(info["shape"], dtype=dtype)
+    arr = np.memmap(header["path"], dtype=np.uint8, mode="r", offset=header["data_start"] + begin,
+                    shape=(end - begin,))
+    return arr.view(dtype).reshape(info["shape"])
+
+
+def _header_bytes(entries):
+    """Serialized header (padded with spaces to 8 bytes, as safetensors does) for [(name, dtype, shape, nbytes)]."""
+    header = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, dtype, shape, nbytes in entries:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def write_safetensors(path, tensors):
+    """Write {name: numpy array} (dtype from the array: float16 F16, float32 F32, uint8 U8 ...)."""
+    _need_numpy()
+    rev = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16", "uint16": "U16", "float16": "F16",
+           "int32": "I32", "uint32": "U32", "float32": "F32", "int64": "I64", "uint64": "U64", "float64": "F64"}
+    names = sorted(tensors)
+    entries = [(n, rev[str(tensors[n].dtype)], tensors[n].shape, tensors[n].nbytes) for n in names]
+    with open(path, "wb") as handle:
+        handle.write(_header_bytes(entries))
+        for n in names:
+            handle.write(np.ascontiguousarray(tensors[n]).astype(tensors[n].dtype.newbyteorder("<")).tobytes())
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout detection
+# ---------------------------------------------------------------------------------------------
+
+
+def _read_json(path):
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read().decode("utf-8"))
+    except (IOError, OSError, UnicodeDecodeError, ValueError) as exc:
+        raise Nvfp4Error("%s: cannot be read as JSON (%s)" % (path, exc))
+    if not isinstance(data, dict):
+        raise Nvfp4Error("%s: must hold a JSON object" % path)
+    return data
+
+
+def _weight_files(model_dir):
+    index = os.path.join(model_dir, INDEX_FILE)
+    if os.path.isfile(index):
+        weight_map = _read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise Nvfp4Error("%s: weight_map must be a non-empty object" % index)
+        files = sorted(set(weight_map.values()))
+        for name in files:
+            if not isinstance(name, str) or "/" in name or name in (".", ".."):
+                raise Nvfp4Error("%s: weight_map names %r, which is not a plain file name" % (index, name))
+            if not os.path.isfile(os.path.join(model_dir, name)):
+                raise Nvfp4Error("%s: shard %s listed in %s is missing; finish the download" % (model_dir, name, INDEX_FILE))
+        return files
+    files = sorted(f for f in os.listdir(model_dir) if f.endswith(".safetensors"))
+    if not files:
+        raise Nvfp4Error("%s: no *.safetensors files; src must be the directory holding the NVFP4 checkpoint's "
+                         "weights and config.json" % model_dir)
+    return files
+
+
+def _tensor_names(headers):
+    names = []
+    for header in headers:
+        names.extend(header["tensors"])
+    return sorted(names)
+
+
+def _layout_from_names(names):
+    suffixes = set(n.rsplit(".", 1)[-1] for n in names)
+    if "weight_packed" in suffixes and "weight_global_scale" in suffixes:
+        return "compressed_tensors"
+    if "weight_scale_2" in suffixes:
+        return "modelopt"
+    return None
+
+
+def _names_hint(names):
+    shown = ", ".join(names[:12])
+    return "%s%s" % (shown, " ... (%d in all)" % len(names) if len(names) > 12 else "")
+
+
+def detect_layout(model_dir, headers=None):
+    """"modelopt" or "compressed_tensors", from the quantization description (and tensor names)."""
+    if headers is None:
+        headers = [read_header(os.path.join(model_dir, f)) for f in _weight_files(model_dir)]
+    names = _tensor_names(headers)
+    found = None
+    described = []
+    hf_quant = os.path.join(model_dir, "hf_quant_config.json")
+    if os.path.isfile(hf_quant):
+        quant = _read_json(hf_quant).get("quantization") or {}
+        described.append("hf_quant_config.json quant_algo=%r" % quant.get("quant_algo"))
+        if str(quant.get("quant_algo", "")).upper() == "NVFP4":
+            found = "modelopt"
+    config_path = os.path.join(model_dir, "config.json")
+    if found is None and os.path.isfile(config_path):
+        qc = _read_json(config_path).get("quantization_config")
+        if isinstance(qc, dict):
+            method = str(qc.get("quant_method", "")).lower().replace("_", "-")
+            formats = [str(qc.get("format", ""))]
+            for group in (qc.get("config_groups") or {}).values():
+                if isinstance(group, dict):
+                    formats.append(str(group.get("format", "")))
+            described.append("config.json quantization_config quant_method=%r format=%r"
+                             % (qc.get("quant_method"), qc.get("format")))
+            if method == "modelopt" and str(qc.get("quant_algo", "")).upper() == "NVFP4":
+                found = "modelopt"
+            elif method == "compressed-tensors" and "nvfp4-pack-quantized" in formats:
+                found = "compressed_tensors"
+    qc_path = os.path.join(model_dir, "quant_config.json")
+    if found is None and os.path.isfile(qc_path):
+        qc = _read_json(qc_path)
+        described.append("quant_config.json quant_method=%r block_size=%r scale_bits=%r"
+                         % (qc.get("quant_method"), qc.get("block_size"), qc.get("scale_bits")))
+        if (str(qc.get("quant_method", "")).lower() in _NVFP4_METHODS and qc.get("block_size", BLOCK) == BLOCK
+                and qc.get("scale_bits", 8) == 8):
+            found = _layout_from_names(names)
+            if found is None:
+                raise Nvfp4Error("%s: quant_config.json declares NVFP4 but the tensors match neither layout (ModelOpt: "
+                                 "<layer>.weight + weight_scale + weight_scale_2; compressed-tensors: weight_packed + "
+                                 "weight_scale + weight_global_scale). Tensors found: %s"
+                                 % (model_dir, _names_hint(names)))
+    if found is None:
+        raise Nvfp4Error("%s: not recognised as an NVFP4 checkpoint (%s). Expected hf_quant_config.json with quant_algo "
+                         "NVFP4, config.json quantization_config (modelopt NVFP4 or compressed-tensors "
+                         "nvfp4-pack-quantized) or quant_config.json with quant_method nvfp4; set layout=modelopt or "
+                         "layout=compressed_tensors if the tensors follow one of them. Tensors found: %s"
+                         % (model_dir, "; ".join(described) or "no quantization description", _names_hint(names)))
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversion plan
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_size(text):
+    """"5GB" -> 5 * 10**9, "512MiB" -> 512 * 2**20, 1000 -> 1000 (bytes)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value, unit = text, ""
+    else:
+        match = re.match(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$", str(text))
+        if not match or match.group(2).upper() not in _SIZE_UNITS:
+            raise Nvfp4Error("max_shard_size=%r is not a size; use e.g. \"5GB\", \"500MB\" or \"2GiB\"" % (text,))
+        value, unit = float(match.group(1)), match.group(2).upper()
+    size = int(value * _SIZE_UNITS[unit])
+    if size <= 0:
+        raise Nvfp4Error("max_shard_size=%r must be more than 0 bytes" % (text,))
+    return size
+
+
+def _split_name(name):
+    """"a.b.weight" -> ("a.b", "weight"); "weight" -> ("", "weight")."""
+    cut = name.rfind(".")
+    return name[:cut] if cut >= 0 else "", name[cut + 1:]
+
+
+def _plan(src, layout, headers):
+    """Output tensors in input order: dicts {name, kind, dtype, shape, bytes, inputs}."""
+    where = {}
+    for header in headers:
+        for name in header["tensors"]:
+            where[name] = header
+    if layout == "modelopt":
+        packed_suffix, scale_suffix, tensor_suffix, aux = "weight", "weight_scale", "weight_scale_2", _MODELOPT_AUX
+    else:
+        packed_suffix, scale_suffix, tensor_suffix, aux = "weight_packed", "weight_scale", "weight_global_scale", _CT_AUX
+    quantized = {}
+    for name, header in where.items():
+        prefix, last = _split_name(name)
+        info = header["tensors"][name]
+        if last == packed_suffix and info["dtype"] == "U8":
+            scale_name, tensor_name = "%s.%s" % (prefix, scale_suffix), "%s.%s" % (prefix, tensor_suffix)
+            if scale_name in where and tensor_name in where:
+                quantized[prefix] = (name, scale_name, tensor_name)
+            elif layout == "compressed_tensors" or scale_name in where:
+                raise Nvfp4Error("%s: tensor %s is packed NVFP4 but %s or %s is missing; the checkpoint is incomplete "
+                                 "or not in the %s layout (set layout to the other one, or re-download)"
+                                 % (src, name, scale_name, tensor_name, layout))
+    if not quantized:
+        raise Nvfp4Error("%s: no NVFP4 layer in the %s layout (expected <layer>.%s uint8 with %s and %s). Tensors "
+                         "found: %s. Set layout to the other value or check src."
+                         % (src, layout, packed_suffix, scale_suffix, tensor_suffix, _names_hint(sorted(where))))
+    skip = set()
+    for prefix, triple in quantized.items():
+        skip.update(triple)
+        skip.update("%s.%s" % (prefix, a) for a in aux)
+    out = []
+    for header in headers:
+        ordered = sorted(header["tensors"], key=lambda n: header["tensors"][n]["offsets"][0])
+        for name in ordered:
+            info = header["tensors"][name]
+            prefix, last = _split_name(name)
+            if prefix in quantized and name == quantized[prefix][0]:
+                packed_name, scale_name, tensor_name = quantized[prefix]
+                if len(info["shape"]) != 2:
+                    raise Nvfp4Error("%s: tensor %s must be 2-D [out, in/2], found shape %r"
+                                     % (src, name, info["shape"]))
+                rows, half = info["shape"]
+                shape = [rows, half * 2]
+                out.append({"name": "%s.weight" % prefix, "kind": "dequant", "dtype": "F16", "shape": shape,
+                            "bytes": rows * half * 2 * 2, "inputs": (packed_name, scale_name, tensor_name)})
+            elif name in skip or last in _KV_SCALES:
+                continue
+            elif info["dtype"] in ("F8_E4M3", "F8_E5M2"):
+                raise Nvfp4Error("%s: tensor %s is %s but belongs to no NVFP4 layer (mixed-precision checkpoint?); "
+                                 "this converter handles NVFP4 layers only" % (src, name, info["dtype"]))
+            else:
+                dtype = "F16" if info["dtype"] in _TO_FP16 else info["dtype"]
+                numel = 1
+                for dim in info["shape"]:
+                    numel *= dim
+                if dtype in DTYPE_BYTES:
+                    nbytes = numel * DTYPE_BYTES[dtype]
+                else:
+                    nbytes = info["offsets"][1] - info["offsets"][0]
+                out.append({"name": name, "kind": "cast" if dtype != info["dtype"] else "copy", "dtype": dtype,
+                            "shape": info["shape"], "bytes": nbytes, "inputs": (name,)})
+    return out, where
+
+
+def _shards(tensors, max_shard):
+    shards, current, size = [], [], 0
+    for tensor in tensors:
+        if current and size + tensor["bytes"] > max_shard:
+            shards.append(current)
+            current, size = [], 0
+        current.append(tensor)
+        size += tensor["bytes"]
+    if current:
+        shards.append(current)
+    total = len(shards)
+    return [("model-%05d-of-%05d.safetensors" % (i + 1, total), shard) for i, shard in enumerate(shards)]
+
+
+def _copy_files(src):
+    copy, skipped = [], []
+    for name in sorted(os.listdir(src)):
+        path = os.path.join(src, name)
+        if not os.path.isfile(path) or name.endswith(".safetensors") or name in (INDEX_FILE, "config.json"):
+            continue
+        if name not in _QUANT_FILES and any(re.match(p + r"\Z", name) for p in _COPY_PATTERNS):
+            copy.append(name)
+        else:
+            skipped.append(name)
+    return copy, skipped
+
+
+def sha256_file(path, chunk=1 << 23):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while True:
+            data = handle.read(chunk)
+            if not data:
+                break
+            digest.update(data)
+    return digest.hexdigest()
+
+
+def disk_free_bytes(path):
+    """Bytes available to unprivileged users on the filesystem holding ``path`` (tests replace this)."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _manifest_matches(dest, inputs, settings):
+    """True when dest holds a finished conversion of exactly these inputs (sizes, then sha256)."""
+    path = os.path.join(dest, MANIFEST_FILE)
+    if not os.path.isfile(path):
+        return False
+    try:
+        manifest = _read_json(path)
+    except Nvfp4Error:
+        return False
+    if manifest.get("converter_version") != CONVERTER_VERSION or manifest.get("settings") != settings:
+        return False
+    recorded = manifest.get("inputs") or {}
+    if sorted(recorded) != sorted(inputs) or any(recorded[n].get("size") != inputs[n]["size"] for n in inputs):
+        return False
+    for name, entry in (manifest.get("outputs") or {}).items():
+        out = os.path.join(dest, name)
+        if not os.path.isfile(out) or os.path.getsize(out) != entry.get("size"):
+            return False
+    return all(recorded[n].get("sha256") == sha256_file(inputs[n]["path"]) for n in inputs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversion
+# ---------------------------------------------------------------------------------------------
+
+
+class _BlockWriter(object):
+    """Writes to a file from a second thread, so that dequantizing the next block overlaps writing
+    the last one (file writes and numpy's gathers both release the GIL). Blocks are written in
+    order; ``tell()`` counts what was handed over; an error in the thread is raised on the next
+    write or on close()."""
+
+    def __init__(self, handle, depth=3):
+        self.handle = handle
+        self.offset = handle.tell()
+        self.queue = queue.Queue(maxsize=depth)
+        self.errors = []
+        self.thread = threading.Thread(target=self._run, name="nvfp4-writer")
+        self.thread.daemon = True
+        self.thread.start()
+
+    def _run(self):
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            if not self.errors:
+                try:
+                    self.handle.write(item)
+                except (IOError, OSError) as exc:
+                    self.errors.append(exc)
+
+    def _raise(self):
+        if self.errors:
+            raise Nvfp4Error("writing %s failed (%s); check the free space and permissions there"
+                             % (getattr(self.handle, "name", "the output"), self.errors[0]))
+
+    def write(self, data):
+        self._raise()
+        view = memoryview(data)
+        self.offset += view.nbytes
+        self.queue.put(view)
+
+    def tell(self):
+        return self.offset
+
+    def close(self):
+        self.queue.put(None)
+        self.thread.join()
+        self._raise()
+
+
+def _write_tensor(handle, tensor, where, layout):
+    if tensor["kind"] == "dequant":
+        packed_name, scale_name, tensor_name = tensor["inputs"]
+        packed = load_tensor(where[packed_name], packed_name)
+        scale = load_tensor(where[scale_name], scale_name)
+        tensor_scale = np.asarray(load_tensor(where[tensor_name], tensor_name))
+        if where[tensor_name]["tensors"][tensor_name]["dtype"] == "BF16":
+            tensor_scale = _bf16_to_f32(tensor_scale)
+        for block in iter_dequantized(packed, scale, tensor_scale, layout == "compressed_tensors", packed_name,
+                                      reuse=False):
+            # safetensors is little-endian: no copy on a little-endian host, a swapped one elsewhere
+            handle.write(np.ascontiguousarray(block.astype("<f2", copy=False)))
+        return
+    name = tensor["inputs"][0]
+    header = where[name]
+    info = header["tensors"][name]
+    if tensor["kind"] == "copy":
+        begin, end = info["offsets"]
+        with open(header["path"], "rb") as source:
+            source.seek(header["data_start"] + begin)
+            left = end - begin
+            while left:
+                data = source.read(min(left, 1 << 24))
+                if not data:
+                    raise Nvfp4Error("%s: truncated while reading %s; re-download it" % (header["path"], name))
+                handle.write(data)
+                left -= len(data)
+        return
+    arr = load_tensor(header, name).reshape(-1)
+    step = BLOCK_ELEMENTS
+    with np.errstate(over="ignore"):
+        for i in range(0, arr.shape[0], step):
+            part = np.asarray(arr[i:i + step])
+            if info["dtype"] == "BF16":
+                part = _bf16_to_f32(part)
+            handle.write(part.astype("<f2").tobytes())
+
+
+def _bf16_to_f32(bits):
+    return (np.asarray(bits, dtype=np.uint32) << 16).view(np.float32)
+
+
+def _hashed(hasher, hashes, errors, inputs):
+    hasher.join()
+    if errors:
+        raise Nvfp4Error("an input file could not be read for its checksum (%s); check the checkpoint directory"
+                         % errors[0])
+    return dict((n, {"size": e["size"], "sha256": hashes[n]}) for n, e in inputs.items())
+
+
+def convert_checkpoint(src, dest, layout="auto", max_shard_size="5GB", check_mode=False):
+    """Convert the NVFP4 checkpoint in ``src`` to an FP16 one in ``dest``.
+
+    Returns {changed, layout, tensors_dequantized, tensors_copied, tensors_dropped, output_bytes,
+    shards (list of file names), manifest (path), files_copied, files_skipped, disk_free_bytes}.
+    """
+    _need_numpy()
+    src = os.path.abspath(src)
+    dest = os.path.abspath(dest)
+    if layout not in ("auto", "modelopt", "compressed_tensors"):
+        raise Nvfp4Error("layout=%r is not one of auto, modelopt, compressed_tensors" % (layout,))
+    if not os.path.isdir(src):
+        raise Nvfp4Error("src=%s is not a directory; point src at the NVFP4 checkpoint directory" % src)
+    if dest == src or dest.startswith(src + os.sep):
+        raise Nvfp4Error("dest=%s must be outside src=%s; choose another dest" % (dest, src))
+    max_shard = parse_size(max_shard_size)
+    files = _weight_files(src)
+    headers = [read_header(os.path.join(src, f)) for f in files]
+    if layout == "auto":
+        layout = detect_layout(src, headers)
+    tensors, where = _plan(src, layout, headers)
+    shards = _shards(tensors, max_shard)
+    copy, skipped = _copy_files(src)
+    config_path = os.path.join(src, "config.json")
+    if not os.path.isfile(config_path):
+        raise Nvfp4Error("%s: config.json is missing; src must be a complete Hugging Face model directory" % src)
+    config = _read_json(config_path)
+
+    input_names = list(files) + ["config.json"] + copy
+    if os.path.isfile(os.path.join(src, INDEX_FILE)):
+        input_names.append(INDEX_FILE)
+    inputs = dict((n, {"path": os.path.join(src, n), "size": os.path.getsize(os.path.join(src, n))})
+                  for n in input_names)
+    settings = {"layout": layout, "max_shard_size": max_shard}
+    output_bytes = sum(t["bytes"] for t in tensors)
+    output_bytes += sum(len(_header_bytes([(t["name"], t["dtype"], t["shape"], t["bytes"]) for t in s]))
+                        for _name, s in shards)
+    output_bytes += sum(inputs[n]["size"] for n in copy)
+    result = {"layout": layout, "tensors_dequantized": sum(1 for t in tensors if t["kind"] == "dequant"),
+              "tensors_copied": sum(1 for t in tensors if t["kind"] != "dequant"),
+              "tensors_dropped": sum(len(h["tensors"]) for h in headers) - sum(len(t["inputs"]) for t in tensors),
+              "output_bytes": output_bytes, "shards": [shard[0] for shard in shards],
+              "manifest": os.path.join(dest, MANIFEST_FILE), "files_copied": copy, "files_skipped": skipped,
+              "src": src, "dest": dest}
+
+    if os.path.exists(dest):
+        if not os.path.isdir(dest):
+            raise Nvfp4Error("dest=%s exists and is not a directory; choose another dest" % dest)
+        if _manifest_matches(dest, inputs, settings):
+            result["changed"] = False
+            return result
+        if os.listdir(dest) and not os.path.isfile(os.path.join(dest, MANIFEST_FILE)):
+            raise Nvfp4Error("dest=%s exists, is not empty and holds no %s (not a conversion of ours); remove it or "
+                             "choose another dest" % (dest, MANIFEST_FILE))
+    parent = os.path.dirname(dest)
+    if not os.path.isdir(parent):
+        raise Nvfp4Error("the parent directory of dest=%s does not exist; create %s first" % (dest, parent))
+    free = disk_free_bytes(parent)
+    result["disk_free_bytes"] = free
+    if free < output_bytes:
+        raise Nvfp4Error("not enough disk space for the FP16 copy: it needs %d bytes (%.2f GB) on the filesystem of "
+                         "%s but only %d bytes (%.2f GB) are free; free %.2f GB there or set dest to a larger "
+                         "filesystem" % (output_bytes, output_bytes / 1e9, parent, free, free / 1e9,
+                                         (output_bytes - free) / 1e9))
+    result["changed"] = True
+    if check_mode:
+        return result
+
+    # The manifest's input checksums are computed in a second thread while the conversion runs
+    # (hashlib releases the GIL), instead of reading every input once more at the end.
+    hashes, hash_errors = {}, []
+
+    def _hash_inputs():
+        try:
+            for input_name, entry in inputs.items():
+                hashes[input_name] = sha256_file(entry["path"])
+        except (IOError, OSError) as exc:
+            hash_errors.append(exc)
+
+    hasher = threading.Thread(target=_hash_inputs, name="nvfp4-sha256")
+    hasher.daemon = True
+    hasher.start()
+    tmp = tempfile.mkdtemp(prefix=".%s.nvfp4-tmp-" % os.path.basename(dest), dir=parent)
+    try:
+        weight_map, outputs = {}, {}
+        for shard_name, shard in shards:
+            path = os.path.join(tmp, shard_name)
+            with open(path, "wb") as raw:
+                raw.write(_header_bytes([(t["name"], t["dtype"], t["shape"], t["bytes"]) for t in shard]))
+                handle = _BlockWriter(raw)
+                try:
+                    for tensor in shard:
+                        start = handle.tell()
+                        _write_tensor(handle, tensor, where, layout)
+                        if handle.tell() - start != tensor["bytes"]:
+                            raise Nvfp4Error("internal error: %s wrote %d bytes, expected %d"
+                                             % (tensor["name"], handle.tell() - start, tensor["bytes"]))
+                        weight_map[tensor["name"]] = shard_name
+                finally:
+                    handle.close()
+            outputs[shard_name] = {"size": os.path.getsize(path)}
+        index = {"metadata": {"total_size": sum(t["bytes"] for t in tensors)}, "weight_map": weight_map}
+        with open(os.path.join(tmp, INDEX_FILE), "w") as handle:
+            json.dump(index, handle, indent=2, sort_keys=True)
+        config.pop("quantization_config", None)
+        config["torch_dtype"] = "float16"
+        if isinstance(config.get("text_config"), dict):
+            config["text_config"].pop("quantization_config", None)
+            if "torch_dtype" in config["text_config"]:
+                config["text_config"]["torch_dtype"] = "float16"
+        with open(os.path.join(tmp, "config.json"), "w") as handle:
+            json.dump(config, handle, indent=2, sort_keys=True)
+        for name in copy:
+            shutil.copyfile(os.path.join(src, name), os.path.join(tmp, name))
+        for name in (INDEX_FILE, "config.json"):
+            outputs[name] = {"size": os.path.getsize(os.path.join(tmp, name))}
+        manifest = {"converter_version": CONVERTER_VERSION, "settings": settings, "outputs": outputs,
+                    "inputs": _hashed(hasher, hashes, hash_errors, inputs)}
+        with open(os.path.join(tmp, MANIFEST_FILE), "w") as handle:
+            json.dump(manifest, handle, indent=2, sort_keys=True)
+        old = None
+        if os.path.exists(dest):
+            old = tempfile.mkdtemp(prefix=".%s.nvfp4-old-" % os.path.basename(dest), dir=parent)
+            os.rename(dest, os.path.join(old, "d"))
+        os.rename(tmp, dest)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return result
