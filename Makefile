@@ -13,7 +13,7 @@ export MOLECULE_GLOB := molecule/*/molecule.yml
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity unit integration molecule standin-images build clean demo demo-clean demo-screenshot
+.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity unit integration molecule standin-images build clean demo demo-clean demo-screenshot bench
 
 help:
 	@echo "make test       lint + unit + molecule (the whole suite; what CI runs)"
@@ -25,6 +25,7 @@ help:
 	@echo "make build      ansible-galaxy collection build"
 	@echo "make demo       sandbox lab: 3 containers with fake GPUs, site.yml on them, the API called (docs/demo.md)"
 	@echo "make demo-clean remove the sandbox lab's containers, volumes, network and inventory"
+	@echo "make bench      NVFP4->FP16 dequantizer benchmark vs a torch reference (SIZE_GB=2; own venv .cache/bench-venv)"
 	@echo "make demo-screenshot  docs/images/fleet-report.png from reports/fleet-report.html (headless chromium)"
 
 test:
@@ -84,6 +85,21 @@ molecule: venv images standin-images
 
 build: venv
 	ansible-galaxy collection build --force
+
+# The NVFP4 dequantizer benchmark (docs/performance.md). torch is installed only here, in its own
+# venv, never in $(VENV): the CPU wheel is pinned because a plain `torch` resolves to the CUDA build.
+BENCH_VENV ?= .cache/bench-venv
+BENCH_TORCH ?= torch==2.13.0+cpu
+SIZE_GB ?= 2
+BENCH_ARGS ?=
+
+$(BENCH_VENV)/.installed:
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q numpy "$(BENCH_TORCH)"
+	touch $@
+
+bench: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python benchmarks/nvfp4_dequant.py --size-gb $(SIZE_GB) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis labfleet-vllm-*.tar.gz
