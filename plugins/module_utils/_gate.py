@@ -23,6 +23,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._vllm_startup import
     STARTUP_REASON_CODES,
     STARTUP_WARNING_CODES,
     StartupInputError,
+    expand_human_int,
     startup_checks,
 )
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
@@ -209,13 +210,7 @@ def _to_str_list(value, where, what):
 
 def _human_int(value, where):
     """max_model_len: an integer or vLLM's human-readable form ("32k" = 32000, "32K" = 32768)."""
-    if isinstance(value, str):
-        match = re.match(r"^\s*(\d{1,12})\s*([kKmMgG])\s*$", value)
-        if match:
-            factor = {"k": 1000, "m": 1000 ** 2, "g": 1000 ** 3, "K": 1024, "M": 1024 ** 2,
-                      "G": 1024 ** 3}[match.group(2)]
-            return _to_int(int(match.group(1)) * factor, where, minimum=1, maximum=2 ** 40)
-    return _to_int(value, where, minimum=1, maximum=2 ** 40)
+    return _to_int(expand_human_int(value), where, minimum=1, maximum=2 ** 40)
 
 
 def _parse_arch_entry(text, where):

@@ -495,15 +495,20 @@ def _mapping(value, where):
     return value
 
 
-def _human_int(value, where):
-    """max_model_len: an integer or vLLM's human-readable form ("32k" = 32000, "32K" = 32768)."""
+def expand_human_int(value):
+    """vLLM's human-readable integer form of max_model_len ("32k" = 32000, "32K" = 32768) as an int;
+    any other value is returned unchanged for the caller's own integer check (the gate's too)."""
     if isinstance(value, str):
         match = re.match(r"^\s*(\d{1,12})\s*([kKmMgG])\s*$", value)
         if match:
             factor = {"k": 1000, "m": 1000 ** 2, "g": 1000 ** 3, "K": 1024, "M": 1024 ** 2,
                       "G": 1024 ** 3}[match.group(2)]
-            return _int(int(match.group(1)) * factor, where)
-    return _int(value, where)
+            return int(match.group(1)) * factor
+    return value
+
+
+def _human_int(value, where):
+    return _int(expand_human_int(value), where)
 
 
 def _validate_model(model):
