@@ -12,19 +12,35 @@ The headers describe every tensor of the architecture, so weight bytes and param
 exact, while the data area is a sparse hole (os.truncate): an 8B model "weighs" 16 GB and takes
 a few KiB of disk. Used by Molecule scenarios to give the gate a realistic model.
 
-    make_model.py DIR [--preset llama-3.1-8b|llama-3.1-70b] [--torch-dtype float16|bfloat16]
-                      [--quant-config JSON]
+With ``--nvfp4 modelopt`` (tiny presets only) it writes instead a REAL ModelOpt NVFP4 checkpoint
+with deterministic data (stdlib random, fixed seed): every decoder Linear weight as packed uint8
+``weight`` [out, in/2] (element 2i in the low nibble), float8_e4m3fn ``weight_scale`` [out, in/16]
+(safetensors "F8_E4M3"), F32 scalar ``weight_scale_2`` and ``input_scale``; embed_tokens, the norms
+and lm_head stay BF16 with real bytes. Layout: /work/shared/reference/facts.md section 4
+(ModelOpt nvfp4_tensor.py, vLLM 0.19.1 quantization/modelopt.py from_config; "verified"). Two
+shards plus model.safetensors.index.json, hf_quant_config.json, config.json quantization_config,
+tokenizer_config.json and generation_config.json. tests/fake_model/check_fp16_copy.py checks an
+FP16 copy of it bit for bit.
+
+    make_model.py DIR [--preset llama-3.1-8b|llama-3.1-70b|tiny-llama] [--torch-dtype float16|bfloat16]
+                      [--quant-config JSON] [--nvfp4 modelopt [--seed N]]
 """
 
 import argparse
+import array
 import json
 import os
+import random
 import struct
+import sys
 
 PRESETS = {
     # Shapes as published in the models' config.json files.
     "llama-3.1-8b": dict(hidden=4096, layers=32, heads=32, kv_heads=8, inter=14336, vocab=128256, ctx=131072),
     "llama-3.1-70b": dict(hidden=8192, layers=80, heads=64, kv_heads=8, inter=28672, vocab=128256, ctx=131072),
+    # Not a published model: Llama-shaped but tiny (1.7 M parameters), for real-data fixtures
+    # (--nvfp4); ctx 32768 so that a max_model_len of 32768 is a valid request.
+    "tiny-llama": dict(hidden=256, layers=2, heads=4, kv_heads=2, inter=512, vocab=1024, ctx=32768),
 }
 
 
@@ -62,12 +78,146 @@ def write_safetensors(path, specs, dtype="F16", width=2):
     os.truncate(path, 8 + len(raw) + offset)   # the data area stays a sparse hole
 
 
+# --nvfp4 modelopt: a real checkpoint ------------------------------------------------------------
+
+# The decoder Linear layers ModelOpt quantizes (the rest stays in the original dtype, BF16).
+NVFP4_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Refuse to write real data for more parameters than this (the 8B/70B presets are sparse only).
+NVFP4_MAX_PARAMS = 50 * 10 ** 6
+MODELOPT_PRODUCER = {"name": "modelopt", "version": "0.29.0"}
+
+
+def _le_bytes(arr):
+    """array.array -> little-endian bytes (safetensors is little-endian)."""
+    if sys.byteorder == "big":
+        arr = array.array(arr.typecode, arr)
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def bf16_bytes(rng, numel, exp_lo, exp_hi):
+    """Random BF16 values with a random sign and a biased exponent in [exp_lo, exp_hi] (127 = 2^0)."""
+    out = array.array("H")
+    span = exp_hi - exp_lo + 1
+    for _index in range(numel):
+        r = rng.getrandbits(24)
+        out.append((r & 0x8000) | ((exp_lo + (r >> 16) % span) << 7) | (r & 0x7F))
+    return _le_bytes(out)
+
+
+def e4m3_scale_bytes(rng, numel):
+    """Positive float8_e4m3fn block-scale codes: mostly normal 0x30..0x7E (0.5 .. 448, as ModelOpt's
+    amax(block) / (6 * weight_scale_2) gives), about 1 % zero or subnormal (0x00..0x02); never
+    0x7F/0xFF, the NaN codes."""
+    out = bytearray(numel)
+    for i in range(numel):
+        r = rng.getrandbits(8)
+        out[i] = r if r < 3 else 0x30 + r % (0x7F - 0x30)
+    return bytes(out)
+
+
+def f32_scalar(value):
+    return struct.pack("<f", value)
+
+
+def nvfp4_tensors(p, rng):
+    """[(name, safetensors dtype, shape, bytes)] of a ModelOpt NVFP4 checkpoint, deterministic in rng."""
+    out = []
+    for name, shape in tensors(p):
+        numel = 1
+        for dim in shape:
+            numel *= dim
+        parts = name.split(".")
+        if len(shape) == 2 and len(parts) > 2 and parts[-2] in NVFP4_LAYERS:
+            rows, cols = shape
+            prefix = name[:-len(".weight")]
+            packed = rng.getrandbits(8 * rows * cols // 2).to_bytes(rows * cols // 2, "little")
+            out.append((name, "U8", [rows, cols // 2], packed))
+            scales = e4m3_scale_bytes(rng, rows * cols // 16)
+            out.append((prefix + ".weight_scale", "F8_E4M3", [rows, cols // 16], scales))
+            # amax(W) / (6 * 448) for |W| up to about 0.05 .. 0.5; amax(x) / (6 * 448) for activations
+            out.append((prefix + ".weight_scale_2", "F32", [], f32_scalar(rng.uniform(2e-5, 2e-4))))
+            out.append((prefix + ".input_scale", "F32", [], f32_scalar(rng.uniform(1e-3, 1e-2))))
+        elif len(shape) == 1:
+            out.append((name, "BF16", shape, bf16_bytes(rng, numel, 126, 127)))   # norms: 0.5 .. 2
+        else:
+            # embed_tokens / lm_head: 2^-20 .. 2^-3, so some values fall below float16's normal range
+            out.append((name, "BF16", shape, bf16_bytes(rng, numel, 107, 124)))
+    return out
+
+
+def write_real_safetensors(path, entries):
+    """Write [(name, dtype, shape, bytes)] as safetensors (wider dtypes first, then by name, as
+    safetensors' own writer orders them so every tensor stays aligned)."""
+    width = {"F32": 4, "BF16": 2}
+    entries = sorted(entries, key=lambda e: (-width.get(e[1], 1), e[0]))
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, dtype, shape, data in entries:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(raw)) + raw)
+        for entry in entries:
+            handle.write(entry[3])
+    return offset
+
+
+def write_nvfp4_modelopt(directory, p, config, seed):
+    """The ModelOpt NVFP4 checkpoint files (config.json gets its quantization_config here)."""
+    total = 0
+    for _name, shape in tensors(p):
+        numel = 1
+        for dim in shape:
+            numel *= dim
+        total += numel
+    if total > NVFP4_MAX_PARAMS:
+        raise SystemExit("--nvfp4 writes real weight data; %d parameters is too many, use --preset tiny-llama"
+                         % total)
+    rng = random.Random(seed)
+    entries = nvfp4_tensors(p, rng)
+    # two shards: embeddings and layer 0 in the first, the rest in the second (exercises the index)
+    first = [e for e in entries if e[0].startswith(("model.embed_tokens.", "model.layers.0."))]
+    second = [e for e in entries if not e[0].startswith(("model.embed_tokens.", "model.layers.0."))]
+    weight_map, total_size = {}, 0
+    for shard, part in (("model-00001-of-00002.safetensors", first), ("model-00002-of-00002.safetensors", second)):
+        total_size += write_real_safetensors(os.path.join(directory, shard), part)
+        weight_map.update((e[0], shard) for e in part)
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as handle:
+        json.dump({"metadata": {"total_size": total_size}, "weight_map": weight_map}, handle, indent=2, sort_keys=True)
+    exclude = ["lm_head"]
+    # hf_quant_config.json: the legacy ModelOpt description (vLLM requires quant_algo, group_size and
+    # kv_cache_quant_algo for NVFP4 there); config.json quantization_config: the newer form.
+    with open(os.path.join(directory, "hf_quant_config.json"), "w") as handle:
+        json.dump({"producer": MODELOPT_PRODUCER,
+                   "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16,
+                                    "exclude_modules": exclude}}, handle, indent=4)
+    scheme = {"dynamic": False, "num_bits": 4, "type": "float", "group_size": 16}
+    config["quantization_config"] = {
+        "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "ignore": exclude,
+        "producer": MODELOPT_PRODUCER, "kv_cache_scheme": None,
+        "config_groups": {"group_0": {"input_activations": dict(scheme), "weights": dict(scheme),
+                                      "targets": ["Linear"]}},
+    }
+    with open(os.path.join(directory, "tokenizer_config.json"), "w") as handle:
+        json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>",
+                   "clean_up_tokenization_spaces": True, "model_max_length": p["ctx"],
+                   "tokenizer_class": "PreTrainedTokenizerFast"}, handle, indent=2)
+    with open(os.path.join(directory, "generation_config.json"), "w") as handle:
+        json.dump({"bos_token_id": 1, "eos_token_id": 2, "do_sample": True, "temperature": 0.6, "top_p": 0.9},
+                  handle, indent=2)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dir")
     parser.add_argument("--preset", default="llama-3.1-8b", choices=sorted(PRESETS))
     parser.add_argument("--torch-dtype", default="bfloat16")
     parser.add_argument("--quant-config", default=None, help="JSON written to quant_config.json")
+    parser.add_argument("--nvfp4", default=None, choices=["modelopt"],
+                        help="write a real NVFP4 checkpoint in this layout (tiny presets) instead of sparse zeros")
+    parser.add_argument("--seed", type=int, default=20260101, help="random seed of the --nvfp4 data")
     args = parser.parse_args()
     p = PRESETS[args.preset]
     os.makedirs(args.dir, exist_ok=True)
@@ -77,12 +227,15 @@ def main():
         "num_key_value_heads": p["kv_heads"], "max_position_embeddings": p["ctx"], "vocab_size": p["vocab"],
         "torch_dtype": args.torch_dtype, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
     }
+    if args.nvfp4:
+        write_nvfp4_modelopt(args.dir, p, config, args.seed)
     with open(os.path.join(args.dir, "config.json"), "w") as handle:
         json.dump(config, handle, indent=2)
     if args.quant_config:
         with open(os.path.join(args.dir, "quant_config.json"), "w") as handle:
             json.dump(json.loads(args.quant_config), handle, indent=2)
-    write_safetensors(os.path.join(args.dir, "model.safetensors"), list(tensors(p)))
+    if not args.nvfp4:
+        write_safetensors(os.path.join(args.dir, "model.safetensors"), list(tensors(p)))
 
 
 if __name__ == "__main__":
