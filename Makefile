@@ -13,7 +13,7 @@ export MOLECULE_GLOB := molecule/*/molecule.yml
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity unit integration molecule standin-images build clean demo demo-clean demo-screenshot bench
+.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity unit integration molecule standin-images build clean demo demo-clean demo-screenshot bench bench-compat
 
 help:
 	@echo "make test       lint + unit + molecule (the whole suite; what CI runs)"
@@ -26,6 +26,7 @@ help:
 	@echo "make demo       sandbox lab: 3 containers with fake GPUs, site.yml on them, the API called (docs/demo.md)"
 	@echo "make demo-clean remove the sandbox lab's containers, volumes, network and inventory"
 	@echo "make bench      NVFP4->FP16 dequantizer benchmark vs a torch reference (SIZE_GB=2; own venv .cache/bench-venv)"
+	@echo "make bench-compat  our NVFP4 converter vs compressed-tensors' own decompression (pinned; in .cache/bench-venv)"
 	@echo "make demo-screenshot  docs/images/fleet-report.png from reports/fleet-report.html (headless chromium)"
 
 test:
@@ -100,6 +101,21 @@ $(BENCH_VENV)/.installed:
 
 bench: $(BENCH_VENV)/.installed
 	$(BENCH_VENV)/bin/python benchmarks/nvfp4_dequant.py --size-gb $(SIZE_GB) $(BENCH_ARGS)
+
+# Our converter against compressed-tensors' own NVFP4 compression and decompression (the test skips in
+# $(VENV), which has no torch). Installed next to the CPU torch in the bench venv; torch is named again so
+# that pip keeps the CPU build. --noconftest: tests/conftest.py needs ansible, which this venv lacks; the
+# collection is imported through collections/ (PYTHONPATH), as tests/conftest.py does. LABFLEET_NVFP4_COMPAT=1
+# turns a failed import into an error, so the target cannot pass by skipping.
+BENCH_COMPAT_PKGS ?= compressed-tensors==0.20.1 transformers==5.24.0 safetensors==0.8.0 pytest==9.2.0
+
+$(BENCH_VENV)/.ct-installed: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python -m pip install -q $(BENCH_COMPAT_PKGS) "$(BENCH_TORCH)"
+	touch $@
+
+bench-compat: $(BENCH_VENV)/.ct-installed
+	LABFLEET_NVFP4_COMPAT=1 PYTHONPATH=$(CURDIR)/collections $(BENCH_VENV)/bin/python -m pytest -p no:cacheprovider \
+		--noconftest -rs tests/unit/plugins/module_utils/test_nvfp4_compressed_tensors.py
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis labfleet-vllm-*.tar.gz
