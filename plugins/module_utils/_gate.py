@@ -120,8 +120,9 @@ VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 
 # Hints appended to QUANTIZATION_UNSUPPORTED_ON_ARCH for methods with a known way out.
 _QUANT_HINTS = {
-    "modelopt_fp4": "or dequantize the NVFP4 checkpoint to a float16 checkpoint and serve that without "
-                    "quantization (about 4x the weight memory; this collection has no converter yet)",
+    "modelopt_fp4": "or serve an FP16 copy of the NVFP4 checkpoint without quantization (about 4x the weight "
+                    "memory): the plan does that by itself where it fits (request.serving_path auto; "
+                    "labfleet.vllm.nvfp4_dequantize converts it)",
 }
 
 _MAX_INT = 2 ** 62

@@ -777,7 +777,9 @@ GATE_KEYS = ("weight_bytes", "param_count", "quant_method", "quant_scheme", "qua
              "num_hidden_layers", "num_key_value_heads", "head_dim", "max_position_embeddings", "torch_dtype",
              # config.json facts vLLM's startup checks read (_vllm_startup.startup_checks)
              "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size", "model_type", "architectures",
-             "rope_scaling", "sliding_window", "use_sliding_window", "model_max_length", "text_config_used")
+             "rope_scaling", "sliding_window", "use_sliding_window", "model_max_length", "text_config_used",
+             # the size of an FP16 copy (the plan's NVFP4 fallback)
+             "fp16_weight_bytes")
 
 
 def gate_input(model):

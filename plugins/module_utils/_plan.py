@@ -23,6 +23,7 @@ import datetime
 import re
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._gate import (
+    GIB,
     GateInputError,
     input_errors_only,
     _short,
@@ -38,6 +39,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
     parse_cc,
     parse_driver_version,
     PolicyError,
+    resolve_quant,
 )
 
 PLAN_FORMAT = 1
@@ -49,10 +51,30 @@ PLAN_REASON_CODES = {
     "INSTANCE_GPUS_UNAVAILABLE": "An instance asks for GPUs the host does not have.",
     "GPU_RUNTIME_BLOCKED": "The host's NVIDIA container runtime configuration would not start a container "
                            "with GPUs the way vllm_server asks for them (docker --gpus).",
+    "FP16_FALLBACK_NOT_APPLICABLE": "request.serving_path is fp16_fallback but the checkpoint is not NVFP4.",
+    "INSUFFICIENT_DISK": "The FP16 copy of an NVFP4 checkpoint does not fit on the filesystem it goes to.",
 }
 PLAN_WARNING_CODES = {
     "DRIVER_NOT_MANAGED": "The driver is not managed by the rollout; the gate judged the installed one.",
+    "NVFP4_FP16_FALLBACK": "The NVFP4 checkpoint cannot be served natively here; vllm_server dequantizes it to an "
+                           "FP16 copy once and serves that (4x the weight memory).",
+    "FP16_COPY_DISK_UNCHECKED": "The free disk space for the FP16 copy is unknown; the converter checks it "
+                                "before it writes anything.",
 }
+
+# How the checkpoint is served (request.serving_path; plan serving_path): as it is, or (an NVFP4
+# checkpoint on GPUs the image's vLLM has no FP4 kernels for) from an FP16 copy dequantized once
+# on the host by labfleet.vllm.nvfp4_dequantize. "auto": native when the gate allows it, else the
+# FP16 fallback when the checkpoint is NVFP4 and the copy fits in VRAM and on disk.
+SERVING_PATHS = ("auto", "native", "fp16_fallback")
+# The native refusals an FP16 copy gets around: no FP4 kernels for these GPUs in the image's vLLM.
+FALLBACK_TRIGGERS = ("QUANTIZATION_UNSUPPORTED_ON_ARCH", "QUANTIZATION_UNKNOWN_TO_IMAGE",
+                     "QUANTIZATION_DTYPE_UNSUPPORTED")
+# The model keys that describe the quantization; the FP16 copy has none of them.
+_QUANT_MODEL_KEYS = ("quant_method", "quant_scheme", "quant_bits", "quant_group_size")
+# labfleet.vllm.nvfp4_dequantize's manifest in a finished FP16 copy (_nvfp4.MANIFEST_FILE).
+FP16_COPY_MANIFEST = "nvfp4_dequantize_manifest.json"
+FP16_COPY_SUFFIX = "-fp16"
 
 # Which step a reason code blocks (the others are reported as not run).
 STEP_OF_CODE = {
@@ -66,6 +88,8 @@ STEP_OF_CODE = {
     "PTX_NEWER_THAN_DRIVER": "image",
     "QUANTIZATION_UNKNOWN_TO_IMAGE": "image",
     "COMPUTE_CAPABILITY_TOO_LOW": "image",
+    "FP16_FALLBACK_NOT_APPLICABLE": "model",
+    "INSUFFICIENT_DISK": "model",
 }
 STEPS = ("driver", "runtime", "image", "model", "server")
 
@@ -167,6 +191,39 @@ def _check_args(args, where, strict=True):
     return dict(args)
 
 
+def fp16_copy_path(model_path, fp16_model_path=None):
+    """Where the FP16 copy of an NVFP4 checkpoint goes: request.fp16_model_path, else the model
+    directory's path with "-fp16" appended (beside it, so usually on the same filesystem)."""
+    if fp16_model_path:
+        return fp16_model_path
+    if not model_path or not model_path.rstrip("/"):
+        return None
+    return model_path.rstrip("/") + FP16_COPY_SUFFIX
+
+
+def _serving_request(request, model_path):
+    mode = _to_str(request.get("serving_path"), "request.serving_path", allow_numbers=False)
+    mode = (mode or "auto").strip().lower()
+    if mode not in SERVING_PATHS:
+        raise GateInputError("request.serving_path: expected one of %s, got %s"
+                             % (", ".join(SERVING_PATHS), _short(request.get("serving_path"))))
+    raw = _to_str(request.get("fp16_model_path"), "request.fp16_model_path", allow_numbers=False)
+    text = raw.strip() if raw and raw.strip() else None
+    if text is not None:
+        if "\n" in raw or "\r" in raw or "\x00" in raw or not text.startswith("/"):
+            raise GateInputError("request.fp16_model_path: expected an absolute one-line path (e.g. "
+                                 "/srv/models/model-fp16), got %s" % _short(text))
+        text = text.rstrip("/") or "/"
+    path = fp16_copy_path(model_path, text)
+    if path and model_path:
+        src = model_path.rstrip("/")
+        if path == src or path.startswith(src + "/") or src.startswith(path + "/") or path == "/":
+            raise GateInputError("request.fp16_model_path %s must be outside request.model_path %s (and not a "
+                                 "directory above it): the FP16 copy is written beside the checkpoint, never "
+                                 "into it" % (path, model_path))
+    return mode, path
+
+
 def normalize_request(request, vllm=None):
     """The request as the gate plans it, with every key filled in; raises GateInputError.
 
@@ -174,7 +231,8 @@ def normalize_request(request, vllm=None):
     ``vllm_args`` are merged over it.
     """
     request = _to_mapping(request, "request", "image, image_digest, model_path, served_model_name, vllm_args, "
-                                              "enforce_eager, extra_args, instances, driver")
+                                              "enforce_eager, extra_args, instances, driver, serving_path, "
+                                              "fp16_model_path")
     out = {}
     for key in ("image", "image_digest", "model_path", "served_model_name"):
         text = _to_str(request.get(key), "request.%s" % key, allow_numbers=False)
@@ -184,6 +242,7 @@ def normalize_request(request, vllm=None):
     if out["image_digest"] and not re.match(r"^sha256:[0-9a-f]{64}$", out["image_digest"]):
         raise GateInputError("request.image_digest: expected sha256:<64 lower-case hex digits>, got %s"
                              % _short(out["image_digest"]))
+    out["serving_path"], out["fp16_model_path"] = _serving_request(request, out["model_path"])
     base = _check_args(vllm, "vllm", strict=False)
     base.update(_check_args(request.get("vllm_args"), "request.vllm_args"))
     out["enforce_eager"] = _enforce_eager_value(base.pop("enforce_eager", request.get("enforce_eager")),
@@ -401,17 +460,20 @@ def _version_of(value):
 
 def plan(gpus=None, driver_version=None, image=None, model=None, vllm=None, policy_overrides=None,
          nvlink=None, driver_library_mismatch=False, cuda_driver_version=None, request=None, host=None,
-         today=None, lost_gpus=None):
+         today=None, lost_gpus=None, fp16_copy=None):
     """The verdict as a plan of the target state. Returns evaluate()'s keys (allowed, reasons,
     warnings, effective_vllm, plan, driver_requirements, policy_version) for the first instance
-    and the whole host, plus steps, instances, serving_path, target, deployment and summary.
-    Raises GateInputError, and only that, on malformed input."""
+    and the whole host, plus steps, instances, serving_path, serving, target, deployment and
+    summary. ``fp16_copy`` ({complete, disk_free_bytes}) describes the FP16 copy's directory
+    (request.fp16_model_path) for the NVFP4 fallback. Raises GateInputError, and only that, on
+    malformed input."""
     return input_errors_only(_plan, gpus, driver_version, image, model, vllm, policy_overrides, nvlink,
-                             driver_library_mismatch, cuda_driver_version, request, host, today, lost_gpus)
+                             driver_library_mismatch, cuda_driver_version, request, host, today, lost_gpus,
+                             fp16_copy)
 
 
 def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, driver_library_mismatch,
-          cuda_driver_version, request, host, today, lost_gpus=None):
+          cuda_driver_version, request, host, today, lost_gpus=None, fp16_copy=None):
     if today is None:
         today = datetime.date.today()
     # Without a request (deploy_gate's older callers) the installed driver is judged as it is.
@@ -420,6 +482,7 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
     host = _to_mapping(host, "host", "docker_server_version, nvidia_ctk_version, ...")
     image = _to_mapping(image, "image", "cuda_version, require_cuda, arch_list, quantization_methods, vllm_version")
     model = _to_mapping(model, "model", "weight_bytes, num_hidden_layers, ...")
+    fp16_copy = _to_mapping(fp16_copy, "fp16_copy", "complete, disk_free_bytes")
     gpus = gpus if gpus is not None else []
     if not isinstance(gpus, (list, tuple)):
         raise GateInputError("gpus: expected a list of mappings with name, compute_capability and "
@@ -451,20 +514,252 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
                   cuda_driver_version=cuda_driver_version if keep else None,
                   driver_library_mismatch=driver_library_mismatch if keep else False)
 
-    reasons, warnings, instances = [], [], []
+    reasons, warnings = [], []
     if runtime.get("blocked"):
         reasons.append({"code": "GPU_RUNTIME_BLOCKED", "message": runtime["blocked"]})
     if driver_step["action"] == "refuse":
         reasons.append({"code": "DRIVER_CHANGE_NOT_ALLOWED", "message": driver_step["why"]})
     if not req["driver"]["manage"] and gpus and not legacy:
         warnings.append({"code": "DRIVER_NOT_MANAGED", "message": driver_step["why"]})
+    judge = dict(req=req, gpus=gpus, policy=policy, common=common, target=target)
+    native = _judge_instances(**judge)
+    serving = _serving_path(req, model, native, judge, fp16_copy)
+    chosen = serving.pop("judged")
+    instances = chosen["instances"]
+    first = chosen["first"]
+    _add_unique(reasons, serving.pop("reasons"))
+    _add_unique(reasons, chosen["reasons"])
+    _add_unique(warnings, serving.pop("warnings"))
+    _add_unique(warnings, chosen["warnings"])
+    allowed = not reasons
+
+    if not allowed:
+        serving["path"] = None
+    steps = _steps(req, driver_step, image, model, host, instances, reasons, allowed, serving)
+    deployment = dict((k, req[k]) for k in ("image", "image_digest", "model_path", "served_model_name"))
+    deployment["instance_names"] = [i["name"] for i in instances]
+    # What the unit mounts at /model: the checkpoint, or its FP16 copy.
+    deployment["serving_path"] = serving["path"]
+    deployment["serving_model_path"] = serving["model_path"] if allowed else None
+    out = {
+        "allowed": allowed,
+        "reasons": reasons,
+        "warnings": warnings,
+        "effective_vllm": first["effective_vllm"],
+        "plan": first["plan"],
+        "driver_requirements": requirements,
+        "policy_version": first["policy_version"],
+        "plan_format": PLAN_FORMAT,
+        "steps": steps,
+        "instances": instances,
+        "serving_path": serving["path"],
+        "serving": serving,
+        "target": {
+            "driver_version": target_driver,
+            "driver_branch": driver_step["branch"],
+            "image": req["image"],
+            "image_digest": req["image_digest"],
+            "model_path": req["model_path"],
+        },
+        "deployment": deployment,
+        "container_runtime": runtime,
+    }
+    out["summary"] = summary(out)
+    return out
+
+
+def is_nvfp4(policy, model):
+    """Whether the checkpoint described by the gate's ``model`` input is NVFP4 (ModelOpt's
+    quant_algo NVFP4, the reference deployment's quant_config.json, or compressed-tensors nvfp4)."""
+    method = model.get("quant_method") if isinstance(model, dict) else None
+    if not isinstance(method, str) or not method.strip():
+        return False
+    key = resolve_quant(policy, method)[0]
+    if key == "modelopt_fp4":
+        return True
+    scheme = model.get("quant_scheme")
+    return key == "compressed_tensors" and isinstance(scheme, str) and scheme.strip().lower() == "nvfp4"
+
+
+def _positive_int(value):
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)) and value > 0:
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit() and int(value) > 0:
+        return int(value)
+    return None
+
+
+def _gb(value):
+    return "%.1f GB (%.1f GiB)" % (value / 1e9, value / float(GIB))
+
+
+def _gib(value):
+    return "%.1f GiB" % (value / float(GIB))
+
+
+def _gptq_note(policy, params, ranks):
+    entry = resolve_quant(policy, "gptq")[1] or {}
+    per_param = entry.get("bytes_per_param")
+    if not params or not per_param:
+        return None
+    needs = [parse_cc(v) for v in (entry.get("min_cc") or {}).values() if v]
+    needs = [n for n in needs if n]
+    runs = " (GPTQ's exllama kernels run on compute capability %d.%d and up)" % min(needs) if needs else ""
+    return ("a GPTQ-int4 checkpoint of the same model: about %s of weights per GPU over %d GPU%s%s"
+            % (_gib(params * per_param / ranks), ranks, "" if ranks == 1 else "s", runs))
+
+
+def _fallback_vram_message(plan_, fp16_bytes, params, policy):
+    """INSUFFICIENT_VRAM for the FP16 copy: the numbers and the ways out."""
+    ranks = plan_.get("gpus_used") or 1
+    per_gpu = plan_.get("weights_bytes_per_gpu")
+    usable = plan_.get("usable_bytes_per_gpu")
+    seq = plan_.get("sequence_kv_bytes_per_gpu") or 0
+    total = plan_.get("gpu_memory_total_bytes")
+    if per_gpu is None or usable is None or total is None:
+        return None
+    size = fp16_bytes if fp16_bytes else per_gpu * ranks
+    text = ("the FP16 fallback does not fit either: dequantized to FP16 the weights are %s, %s per GPU over %d "
+            "GPU%s, and one %s-token sequence of KV cache adds %s per GPU, but only %s per GPU is usable (%s x "
+            "gpu_memory_utilization %.2f - %s reserve)"
+            % (_gb(size), _gib(per_gpu), ranks, "" if ranks == 1 else "s", plan_.get("max_model_len") or "?",
+               _gib(seq), _gib(usable), _gib(total), plan_.get("gpu_memory_utilization") or 0,
+               _gib(plan_.get("reserve_bytes") or 0)))
+    ways = []
+    gptq = _gptq_note(policy, params, ranks)
+    if gptq:
+        ways.append(gptq)
+    short = per_gpu + seq - usable
+    if short > 0:
+        offload = int(-(-short // GIB)) + 1
+        ways.append("vllm_args.cpu_offload_gb: %d (--cpu-offload-gb %d, per GPU: %d GiB of host RAM in all, and "
+                    "every forward pass streams the offloaded weights over PCIe, so it is slow)"
+                    % (offload, offload, offload * ranks))
+    room = usable - seq
+    if room > 0:
+        needed = int(-(-size // room))
+        if needed > ranks:
+            ways.append("%d or more such GPUs (tensor_parallel_size)" % needed)
+    return text + ". Alternatives: " + "; ".join(ways) if ways else text
+
+
+def _fallback_model(model):
+    """The gate's model input for the FP16 copy: no quantization, float16, FP16 weight bytes."""
+    copy = dict(model)
+    for key in _QUANT_MODEL_KEYS:
+        copy[key] = None
+    copy["torch_dtype"] = "float16"
+    fp16 = _positive_int(model.get("fp16_weight_bytes"))
+    params = _positive_int(model.get("param_count"))
+    copy["weight_bytes"] = fp16 if fp16 else (params * 2 if params else None)
+    return copy, copy["weight_bytes"], params
+
+
+def _serving_path(req, model, native, judge, fp16_copy):
+    """How the checkpoint is served: {path, why, model_path (the directory the unit mounts),
+    source_model_path, fp16_model_path, fp16_weight_bytes, fp16_copy, tried, reasons, warnings,
+    judged (the instances' verdicts this path stands on)}."""
+    policy = judge["policy"]
+    mode = req["serving_path"]
+    source = req["model_path"]
+    dest = req["fp16_model_path"]
+    nvfp4 = is_nvfp4(policy, model)
+    native_codes = set(r["code"] for r in native["reasons"])
+    triggers = [c for c in FALLBACK_TRIGGERS if c in native_codes]
+    out = {"path": "native", "model_path": source, "source_model_path": source, "fp16_model_path": None,
+           "fp16_weight_bytes": None, "fp16_copy": None, "tried": ["native"], "reasons": [], "warnings": [],
+           "judged": native}
+    method = model.get("quant_method") or "none"
+    if mode == "fp16_fallback" and model and not nvfp4:
+        out["reasons"].append({
+            "code": "FP16_FALLBACK_NOT_APPLICABLE",
+            "message": "request.serving_path is fp16_fallback, but the checkpoint at %s is not NVFP4 (quant_method %s) "
+                       "and only NVFP4 checkpoints are dequantized: set request.serving_path to auto or native"
+                       % (source, method)})
+        out["why"] = "native: the checkpoint is not NVFP4"
+        return out
+    forced = mode == "fp16_fallback"
+    if not (forced or (mode == "auto" and nvfp4 and triggers)):
+        if nvfp4 and triggers:
+            out["why"] = ("native, as request.serving_path says; the FP16 fallback was not considered (set "
+                          "request.serving_path to auto to let the gate plan it)")
+        elif nvfp4:
+            out["why"] = "native: the image's vLLM has NVFP4 kernels for these GPUs"
+        else:
+            out["why"] = "native: the checkpoint is served as it is (quantization %s)" % method
+        return out
+
+    fb_model, fp16_bytes, params = _fallback_model(model)
+
+    def note(memory_plan):
+        return _fallback_vram_message(memory_plan, fp16_bytes, params, policy)
+
+    fallback = _judge_instances(model=fb_model, drop_args=("quantization",), vram_note=note, **judge)
+    out.update(judged=fallback, path="fp16_fallback", model_path=dest, fp16_model_path=dest,
+               fp16_weight_bytes=fp16_bytes, tried=["native", "fp16_fallback"] if not forced else ["fp16_fallback"])
+    native_why = ("NVFP4 cannot be served natively here (%s)" % ", ".join(triggers) if triggers
+                  else "request.serving_path is fp16_fallback")
+    copy = dict(fp16_copy or {})
+    complete = copy.get("complete") is True
+    free = _positive_int(copy.get("disk_free_bytes")) if copy.get("disk_free_bytes") != 0 else 0
+    out["fp16_copy"] = {"path": dest, "complete": complete, "disk_free_bytes": free,
+                        "disk_needed_bytes": 0 if complete else fp16_bytes}
+    if triggers:
+        # The native refusal stays on record beside whatever the fallback found.
+        _add_unique(out["reasons"], [r for r in native["reasons"] if r["code"] in triggers]
+                    if fallback["reasons"] else [])
+    if fallback["reasons"]:
+        out["why"] = "%s, and the FP16 fallback is refused too (%s)" % (
+            native_why, ", ".join(sorted(set(r["code"] for r in fallback["reasons"]))))
+        return out
+    if complete:
+        disk = "the FP16 copy at %s is already complete (its manifest is there; the converter re-checks it)" % dest
+    elif fp16_bytes is None:
+        disk = "the FP16 size is unknown until model_facts reads the checkpoint"
+    elif free is None:
+        disk = "about %s goes to %s" % (_gb(fp16_bytes), dest)
+        out["warnings"].append({
+            "code": "FP16_COPY_DISK_UNCHECKED",
+            "message": "the free disk space at %s is unknown, so the gate could not check that the FP16 copy (about "
+                       "%s) fits; the converter checks it before it writes anything" % (dest, _gb(fp16_bytes))})
+    elif free < fp16_bytes:
+        out["reasons"].extend([r for r in native["reasons"] if r["code"] in triggers])
+        out["reasons"].append({
+            "code": "INSUFFICIENT_DISK",
+            "message": "the FP16 copy of the NVFP4 checkpoint needs about %s at %s, but that filesystem has %s free: "
+                       "free %s there or set request.fp16_model_path to a directory on a larger filesystem"
+                       % (_gb(fp16_bytes), dest, _gb(free), _gb(fp16_bytes - free))})
+        out["why"] = "%s, and the FP16 copy does not fit on disk" % native_why
+        return out
+    else:
+        disk = "about %s goes to %s" % (_gb(fp16_bytes), dest)
+    out["why"] = ("fp16_fallback: %s; vllm_server dequantizes the checkpoint once with "
+                  "labfleet.vllm.nvfp4_dequantize and serves the FP16 copy without --quantization (%s)"
+                  % (native_why, disk))
+    out["warnings"].append({"code": "NVFP4_FP16_FALLBACK", "message": out["why"]})
+    return out
+
+
+def _judge_instances(req, gpus, policy, common, target, model=None, drop_args=(), vram_note=None):
+    """evaluate() once per instance of the request: {instances, reasons, warnings, first}.
+    ``model`` replaces the model of ``common`` (the FP16 copy); ``drop_args`` are vLLM arguments
+    left out (quantization for the FP16 copy); ``vram_note(memory_plan)`` rewrites the message
+    of INSUFFICIENT_VRAM (None: keep it)."""
+    reasons, warnings, instances = [], [], []
     many = len(req["instances"]) > 1
     first = None
+    base = dict(common, **target)
+    if model is not None:
+        base["model"] = model
     for inst in req["instances"]:
         chosen, missing = _select_gpus(gpus, inst["gpus"])
         args = dict(req["vllm_args"])
         args.update(inst["own_vllm_args"])
-        verdict = evaluate(gpus=chosen, vllm=args, **dict(common, **target))
+        for key in drop_args:
+            args.pop(key, None)
+        verdict = evaluate(gpus=chosen, vllm=args, **base)
         inst_reasons = list(verdict["reasons"])
         if missing:
             # The host has GPUs, only not the ones named: that is the reason, not NO_GPU.
@@ -474,6 +769,11 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
                 "code": "INSTANCE_GPUS_UNAVAILABLE",
                 "message": "GPU index %s is not on this host (its GPU indices: %s): set this instance's gpus "
                            "to indices that exist, or 'all'" % (", ".join(str(m) for m in missing), have)})
+        if vram_note is not None:
+            text = vram_note(verdict["plan"])
+            if text:
+                inst_reasons = [dict(r, message=text) if r["code"] == "INSUFFICIENT_VRAM" else r
+                                for r in inst_reasons]
         eager, eager_why = _resolve_enforce_eager(inst["enforce_eager"], policy, chosen)
         effective = dict(verdict["effective_vllm"])
         entry = dict((k, v) for k, v in inst.items() if k not in ("own_vllm_args", "enforce_eager"))
@@ -495,35 +795,7 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
         _add_unique(warnings, _prefix(verdict["warnings"], inst["name"], many))
         if first is None:
             first = verdict
-    allowed = not reasons
-
-    steps = _steps(req, driver_step, image, model, host, instances, reasons, allowed)
-    deployment = dict((k, req[k]) for k in ("image", "image_digest", "model_path", "served_model_name"))
-    deployment["instance_names"] = [i["name"] for i in instances]
-    out = {
-        "allowed": allowed,
-        "reasons": reasons,
-        "warnings": warnings,
-        "effective_vllm": first["effective_vllm"],
-        "plan": first["plan"],
-        "driver_requirements": requirements,
-        "policy_version": first["policy_version"],
-        "plan_format": PLAN_FORMAT,
-        "steps": steps,
-        "instances": instances,
-        "serving_path": "native" if allowed else None,
-        "target": {
-            "driver_version": target_driver,
-            "driver_branch": driver_step["branch"],
-            "image": req["image"],
-            "image_digest": req["image_digest"],
-            "model_path": req["model_path"],
-        },
-        "deployment": deployment,
-        "container_runtime": runtime,
-    }
-    out["summary"] = summary(out)
-    return out
+    return {"instances": instances, "reasons": reasons, "warnings": warnings, "first": first}
 
 
 def _blocked(step, reasons, allowed):
@@ -533,7 +805,7 @@ def _blocked(step, reasons, allowed):
     return codes
 
 
-def _steps(req, driver_step, image, model, host, instances, reasons, allowed):
+def _steps(req, driver_step, image, model, host, instances, reasons, allowed, serving=None):
     steps = {}
     driver = dict(driver_step)
     steps["driver"] = driver
@@ -568,6 +840,15 @@ def _steps(req, driver_step, image, model, host, instances, reasons, allowed):
                               if present else "no model at %s yet: the vllm_server role stages it (or it must be "
                                               "there before the server starts), then the gate checks it again"
                               % req["model_path"])}
+    if serving and serving.get("fp16_model_path"):
+        copy = serving.get("fp16_copy") or {}
+        steps["model"]["fp16_copy"] = {
+            "action": "keep" if copy.get("complete") else "convert",
+            "dest": serving["fp16_model_path"],
+            "why": "the FP16 copy at %s is complete; the converter re-checks its manifest" % serving["fp16_model_path"]
+                   if copy.get("complete") else
+                   "vllm_server dequantizes the NVFP4 checkpoint %s to FP16 at %s (labfleet.vllm.nvfp4_dequantize) "
+                   "before the server starts" % (req["model_path"], serving["fp16_model_path"])}
 
     steps["server"] = {"action": "deploy", "instances": [i["name"] for i in instances],
                        "why": "the vllm_server role writes one unit per instance with the argv of this plan, "
@@ -599,6 +880,10 @@ def summary(verdict):
     parts.append("%s Docker + toolkit" % steps["runtime"]["action"])
     parts.append("%s %s" % (steps["image"]["action"], steps["image"]["ref"] or "the image"))
     parts.append("%s model %s" % (steps["model"]["action"], steps["model"]["path"] or "?"))
+    copy = steps["model"].get("fp16_copy")
+    if copy:
+        parts.append(("dequantize NVFP4 to FP16 at %s" if copy["action"] == "convert" else "keep the FP16 copy at %s")
+                     % copy["dest"])
     parts.append("deploy %s" % ", ".join(
         "%s (%s)" % (i["name"], " ".join(i["argv"])) for i in verdict["instances"]))
     return "; ".join(parts)

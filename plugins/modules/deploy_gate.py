@@ -225,7 +225,10 @@ options:
         C(instances) (list; each C(name) (unit and container name), C(gpus) (V(all), an index or a list of
         indices), C(vllm_args) (dict, merged over the request's), C(enforce_eager), C(extra_args); other keys
         such as C(port) pass through), C(driver) (C(manage) (bool, default true), C(branch) (str, V(550)),
-        C(version) (str, exact), C(allow_change) (bool, default false))."
+        C(version) (str, exact), C(allow_change) (bool, default false)), C(serving_path) (V(auto), V(native) or
+        V(fp16_fallback); V(auto) serves an NVFP4 checkpoint from an FP16 copy when the image's vLLM has no
+        NVFP4 kernels for the GPUs and the copy fits in VRAM and on disk), C(fp16_model_path) (str, where that
+        copy goes; default C(model_path) with V(-fp16) appended)."
       - O(driver_version) is then the installed driver; the gate judges the driver the plan leaves on the host.
     type: dict
   host:
@@ -237,6 +240,14 @@ options:
         Other keys are ignored.
     type: dict
     default: {}
+  fp16_copy:
+    description:
+      - The directory of the FP16 copy of an NVFP4 checkpoint (O(request) C(fp16_model_path)) for the NVFP4
+        fallback's disk check; C(complete) (bool, a finished copy is there) and C(disk_free_bytes) (int, free
+        space of the filesystem it goes to).
+      - When omitted and O(request) is given, the module measures both on the host (the manifest of
+        M(labfleet.vllm.nvfp4_dequantize) in the directory; the free space of its closest existing parent).
+    type: dict
 notes:
   - The policy's data, its sources and confidence levels are in
     C(plugins/module_utils/_policy.py); docs/deploy_gate.md explains the codes and the memory plan.
@@ -471,10 +482,19 @@ instances:
   type: list
   elements: dict
 serving_path:
-  description: How the model is served when allowed (V(native)); null when refused.
+  description:
+    - How the model is served when allowed, V(native) (the checkpoint as it is) or V(fp16_fallback) (an NVFP4
+      checkpoint from its FP16 copy, see RV(serving)); null when refused.
   returned: success
   type: str
   sample: native
+serving:
+  description:
+    - The serving path decision (C(path), C(why), C(tried), C(model_path) (the directory the unit mounts),
+      C(source_model_path), C(fp16_model_path), C(fp16_weight_bytes), C(fp16_copy) (C(path), C(complete),
+      C(disk_free_bytes), C(disk_needed_bytes))).
+  returned: success
+  type: dict
 target:
   description: The state the plan leaves on the host (C(driver_version), C(driver_branch), C(image),
     C(image_digest), C(model_path)).
@@ -495,16 +515,43 @@ plan_format:
 verdict:
   description:
     - All of the above in one dict (C(allowed), C(reasons), C(warnings), C(effective_vllm), C(plan),
-      C(driver_requirements), C(policy_version), C(steps), C(instances), C(serving_path), C(target),
+      C(driver_requirements), C(policy_version), C(steps), C(instances), C(serving_path), C(serving), C(target),
       C(deployment), C(summary), C(plan_format)); store it as the host's verdict fact.
   returned: success
   type: dict
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError
-from ansible_collections.labfleet.vllm.plugins.module_utils._plan import plan
+from ansible_collections.labfleet.vllm.plugins.module_utils._host import nearest_existing
+from ansible_collections.labfleet.vllm.plugins.module_utils._plan import (
+    FP16_COPY_MANIFEST,
+    fp16_copy_path,
+    plan,
+)
+
+
+def measure_fp16_copy(request):
+    """{complete, disk_free_bytes} of the FP16 copy's directory named by the request; None when the
+    request names no model path."""
+    if not isinstance(request, dict):
+        return None
+    model_path = request.get("model_path")
+    given = request.get("fp16_model_path")
+    if not isinstance(model_path, str) or not model_path.strip().startswith("/"):
+        return None
+    if given is not None and not (isinstance(given, str) and given.strip().startswith("/")):
+        return None     # the plan reports the malformed path
+    path = fp16_copy_path(model_path.strip(), given.strip().rstrip("/") if given and given.strip() else None)
+    try:
+        st = os.statvfs(nearest_existing(path))
+    except OSError:
+        return {"complete": False, "disk_free_bytes": None}
+    return {"complete": os.path.isfile(os.path.join(path, FP16_COPY_MANIFEST)),
+            "disk_free_bytes": st.f_bavail * st.f_frsize}
 
 
 def main():
@@ -522,6 +569,7 @@ def main():
             policy=dict(type="dict", default={}),
             request=dict(type="dict"),
             host=dict(type="dict", default={}),
+            fp16_copy=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
@@ -540,6 +588,7 @@ def main():
             request=params["request"],
             host=params["host"],
             lost_gpus=params["lost_gpus"],
+            fp16_copy=params["fp16_copy"] if params["fp16_copy"] is not None else measure_fp16_copy(params["request"]),
         )
     except GateInputError as exc:
         module.fail_json(msg="deploy_gate: invalid input: %s" % exc)
@@ -556,6 +605,7 @@ def main():
         steps=verdict["steps"],
         instances=verdict["instances"],
         serving_path=verdict["serving_path"],
+        serving=verdict["serving"],
         container_runtime=verdict["container_runtime"],
         target=verdict["target"],
         deployment=verdict["deployment"],

@@ -416,9 +416,10 @@ def test_nvfp4_on_v100_suggests_dequantizing():
     result = gate(model=model, vllm=dict(FP16_TP2, max_model_len=32768))
     assert "QUANTIZATION_UNKNOWN_TO_IMAGE" not in codes(result)  # 0.8.5 knows it as nvfp4
     text = message(result, "QUANTIZATION_UNSUPPORTED_ON_ARCH")
-    assert "10.0" in text and "dequantize the NVFP4 checkpoint to a float16 checkpoint" in text
-    # No message names a module the collection does not have.
-    assert "nvfp4_dequantize" not in text
+    assert "10.0" in text and "serve an FP16 copy of the NVFP4 checkpoint" in text
+    # The module it names exists.
+    assert "labfleet.vllm.nvfp4_dequantize" in text
+    assert os.path.isfile(os.path.join(os.path.dirname(G.__file__), "..", "modules", "nvfp4_dequantize.py"))
 
 
 def test_quantization_unknown_to_image():

@@ -184,7 +184,7 @@ def test_documentation_parses_and_matches_argument_spec():
     assert str(doc["version_added"]) == "0.1.0"
     assert set(doc["options"]) == {"gpus", "driver_version", "cuda_driver_version", "nvlink",
                                    "driver_library_mismatch", "lost_gpus", "image", "model", "vllm", "policy",
-                                   "request", "host"}
+                                   "request", "host", "fp16_copy"}
     yaml.safe_load(deploy_gate.EXAMPLES)
     returned = yaml.safe_load(deploy_gate.RETURN)
     assert {"allowed", "reasons", "gate_warnings", "effective_vllm", "plan", "verdict"} <= set(returned)
@@ -254,3 +254,24 @@ def test_property_malformed_vllm(vllm):
 def test_property_malformed_scalars_and_policy(driver, nvlink, mismatch, policy):
     _assert_clean(*run_module(dict(REFERENCE, driver_version=driver, nvlink=nvlink,
                                    driver_library_mismatch=mismatch, policy=policy)))
+
+
+def test_the_fp16_copys_directory_is_measured_on_the_host(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    measured = deploy_gate.measure_fp16_copy({"model_path": str(model)})
+    # The copy does not exist yet: its closest existing parent is measured.
+    assert measured["complete"] is False
+    assert isinstance(measured["disk_free_bytes"], int) and measured["disk_free_bytes"] > 0
+    copy = tmp_path / "model-fp16"
+    copy.mkdir()
+    (copy / "nvfp4_dequantize_manifest.json").write_text("{}")
+    assert deploy_gate.measure_fp16_copy({"model_path": str(model) + "/"})["complete"] is True
+    elsewhere = tmp_path / "elsewhere"
+    assert deploy_gate.measure_fp16_copy({"model_path": str(model),
+                                          "fp16_model_path": str(elsewhere)})["complete"] is False
+    # Nothing to measure without an absolute model path, or with a malformed copy path (the plan names it).
+    assert deploy_gate.measure_fp16_copy({}) is None
+    assert deploy_gate.measure_fp16_copy({"model_path": "relative"}) is None
+    assert deploy_gate.measure_fp16_copy({"model_path": str(model), "fp16_model_path": "x"}) is None
+    assert deploy_gate.measure_fp16_copy(None) is None
