@@ -836,6 +836,8 @@ def convert_checkpoint(src, dest, layout="auto", max_shard_size="5GB", check_mod
                     "inputs": _hashed(hasher, hashes, hash_errors, inputs)}
         with open(os.path.join(tmp, MANIFEST_FILE), "w") as handle:
             json.dump(manifest, handle, indent=2, sort_keys=True)
+        # mkdtemp made the directory 0700; the copy gets the checkpoint directory's permissions.
+        os.chmod(tmp, os.stat(src).st_mode & 0o7777)
         old = None
         if os.path.exists(dest):
             old = tempfile.mkdtemp(prefix=".%s.nvfp4-old-" % os.path.basename(dest), dir=parent)

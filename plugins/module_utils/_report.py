@@ -124,6 +124,9 @@ def _serving(server):
         "image": server.get("image"),
         "image_digest": server.get("image_digest"),
         "model_path": server.get("model_path"),
+        "serving_path": server.get("serving_path"),
+        "served_model_path": server.get("served_model_path") or server.get("model_path"),
+        "fp16_copy": _mapping(server.get("fp16_copy")),
         "instances": _instances(server),
     }
 

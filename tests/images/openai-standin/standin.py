@@ -16,6 +16,8 @@ Behaviour knobs (environment):
                           on a fatal error)
   STANDIN_NO_TOKENS=1     completions carry no tokens
   STANDIN_VERSION=V       what /version reports and the startup log shows
+  STANDIN_COMPUTE_CAPABILITY=N  the GPU it plays (default 70, a V100): an NVFP4 checkpoint needs 100
+                          and is refused at start the way vLLM 0.8.5 refuses it (vllm/config.py:3803-3809)
 Standard library only.
 """
 
@@ -259,10 +261,38 @@ def make_handler(args, api_key, served):
     return Handler
 
 
+def nvfp4_method(model_dir):
+    """The NVFP4 quantization a checkpoint declares (vLLM's name for it), or None."""
+    try:
+        with open(os.path.join(model_dir, "config.json")) as handle:
+            config = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return None
+    quant = config.get("quantization_config") or {}
+    try:
+        with open(os.path.join(model_dir, "hf_quant_config.json")) as handle:
+            quant = dict(quant, **(json.load(handle).get("quantization") or {}))
+    except (IOError, OSError, ValueError):
+        pass
+    if str(quant.get("quant_algo", "")).upper() == "NVFP4" or quant.get("quant_method") in ("nvfp4", "modelopt_fp4"):
+        return "modelopt_fp4"
+    if quant.get("format") == "nvfp4-pack-quantized" or any(
+            isinstance(g, dict) and g.get("format") == "nvfp4-pack-quantized"
+            for g in (quant.get("config_groups") or {}).values()):
+        return "compressed-tensors"
+    return None
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)  # exits 2 on an unknown flag, like vLLM
     if args.model.startswith("/") and not os.path.isfile(os.path.join(args.model, "config.json")):
         log("ERROR: %s has no config.json: not a model directory" % args.model)
+        return 1
+    capability = int(os.environ.get("STANDIN_COMPUTE_CAPABILITY", "70") or 70)
+    method = nvfp4_method(args.model) if args.model.startswith("/") else None
+    if method and capability < 100:
+        log("ERROR: ValueError: The quantization method %s is not supported for the current GPU. Minimum "
+            "capability: 100. Current capability: %d." % (method, capability))
         return 1
     api_key = args.api_key or os.environ.get("VLLM_API_KEY") or None
     served = args.served_model_name or [args.model]

@@ -156,3 +156,29 @@ def test_preflight_only_report_renders():
     assert doc["summary"]["by_outcome"] == {"planned": 5, "refused": 1}
     assert "(preflight run)" in md
     assert '<tr class="o-planned">' in html
+
+
+def test_the_serving_path_and_the_fp16_copy_are_shown():
+    why = ("fp16_fallback: NVFP4 cannot be served natively here (QUANTIZATION_UNSUPPORTED_ON_ARCH); vllm_server "
+           "dequantizes the checkpoint once")
+    preflight = {"verdict": "allowed", "state": "ok", "reasons": [], "warnings": [], "probe_only": False,
+                 "serving_path": "fp16_fallback", "serving_why": why}
+    copy = {"source": "/srv/models/m", "path": "/srv/models/m-fp16", "changed": False, "layout": "modelopt",
+            "output_bytes": 3410432}
+    server = {"status": "unchanged", "image": "vllm/vllm-openai:v0.8.5", "image_digest": "sha256:1",
+              "model_path": "/srv/models/m", "serving_path": "fp16_fallback", "served_model_path": "/srv/models/m-fp16",
+              "fp16_copy": copy, "instances": []}
+    refused = {"verdict": "refused", "state": "ok", "probe_only": False, "serving_path": None,
+               "serving_why": "NVFP4 cannot be served natively here, and the FP16 fallback is refused too",
+               "reasons": [{"code": "INSUFFICIENT_VRAM", "message": "141.1 GB"}], "warnings": []}
+    records = [{"host": "gpu01", "reachable": True, "preflight": preflight, "server": server},
+               {"host": "gpu02", "reachable": True, "preflight": refused}]
+    doc = fleet_report(records, "rollout")
+    markdown = render("fleet-report.md.j2", doc)
+    assert "- serving path: fp16_fallback: " + why in markdown
+    assert ("- FP16 copy served: /srv/models/m-fp16 of the NVFP4 checkpoint /srv/models/m (kept from an earlier "
+            "run, modelopt layout, 3410432 bytes)") in markdown
+    assert "- serving path: refused: NVFP4 cannot be served natively here, and the FP16 fallback" in markdown
+    html = render("fleet-report.html.j2", doc)
+    assert "<li>serving path: fp16_fallback: " in html
+    assert "<li>FP16 copy served: /srv/models/m-fp16 of the NVFP4 checkpoint /srv/models/m (kept" in html

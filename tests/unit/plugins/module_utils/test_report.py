@@ -143,6 +143,21 @@ def test_deployed_carries_the_serving_figures():
     assert inst["tokens_per_s"] == 8.0
 
 
+def test_serving_from_an_fp16_copy_says_so():
+    copy = {"source": "/srv/models/model", "path": "/srv/models/model-fp16", "changed": True,
+            "layout": "modelopt", "output_bytes": 16060522496, "tensors_dequantized": 224}
+    server = dict(DEPLOYED, serving_path="fp16_fallback", served_model_path="/srv/models/model-fp16", fp16_copy=copy)
+    sv = R.host_outcome(rec(server=server), "rollout")[2]["serving"]
+    assert sv["serving_path"] == "fp16_fallback"
+    assert sv["model_path"] == "/srv/models/model"
+    assert sv["served_model_path"] == "/srv/models/model-fp16"
+    assert sv["fp16_copy"] == copy
+    # A record from before serving paths: the model path is what was served, no copy.
+    old = R.host_outcome(rec(server=DEPLOYED), "rollout")[2]["serving"]
+    assert old["served_model_path"] == "/srv/models/model"
+    assert old["serving_path"] is None and old["fp16_copy"] is None
+
+
 def test_unchanged_is_serving():
     name, detail, extra = R.host_outcome(rec(server=dict(DEPLOYED, status="unchanged")), "rollout")
     assert name == "serving"
