@@ -36,6 +36,7 @@ __metaclass__ = type
 
 import os
 import re
+import stat
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._pci_ids import (
     NVIDIA_VENDOR_ID,
@@ -122,14 +123,42 @@ SMI_RC_MISMATCH = 18
 # (stored copies of the man page, see tests/unit/fixtures/gpu/README.md; confidence: third_party).
 SMI_RC_GPU_LOST = 15
 
+# Bounds on what a driver may answer before the answer counts as nonsense (a broken driver, a
+# hostile or fake nvidia-smi). Values outside are never reported as facts: the backend that said
+# them is a probe_error, like any output this module cannot parse.
+#
+# MAX_GPUS: the most GPUs one host may list. The largest single-host NVIDIA systems carry 16 (DGX-2,
+# HGX-2); DGX/HGX H100, H200 and B200 carry 8; a GB200 NVL72 compute tray, one host, carries 4
+# (confidence: third_party, NVIDIA's product pages). 64 leaves room, and keeps the topology (one
+# entry per pair, N*(N-1)/2) at most 2016 pairs.
+MAX_GPUS = 64
+# An nvidia-smi answer longer than this is not the output of a host with MAX_GPUS GPUs (a query row
+# is about 200 characters, a topo -m row about 8 per GPU).
+MAX_OUTPUT_CHARS = 1024 * 1024
+# Compute capability: major 1 to 20, minor 0 to 9. Shipping GPUs reach 12.x (Blackwell; CUDA 12.8
+# and 13 release notes); 20 leaves room for generations to come (confidence: inferred).
+CC_MAJOR_RANGE = (1, 20)
+# Board memory in MiB: the largest GPU (B300) has 288 GB; 2**24 MiB is 16 TiB (confidence: inferred).
+MAX_MEMORY_MIB = 2 ** 24
+PCIE_GEN_RANGE = (1, 8)      # PCIe 1.0 to 6.0 exist; 7.0 is specified (confidence: third_party, PCI-SIG).
+PCIE_WIDTH_RANGE = (1, 32)   # x1 to x32 are the link widths the PCIe specification defines.
+# NVML's CUDA driver version, major * 1000 + minor * 10: CUDA 1.0 to 99.x.
+CUDA_INT_RANGE = (1000, 99999)
+
 _NA_VALUES = ("", "n/a", "na", "none", "not supported", "unknown error", "unknown")
+# Every pattern below matches ASCII digits only ([0-9], never \d, which also takes "５" (U+FF15)
+# and other Unicode digits that int() would then accept), and full values (fullmatch, never a
+# prefix: "550.54.14garbage" is not a driver version).
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_INVALID_FIELD_RE = re.compile(r'Field "([^"]+)" is not a valid field to query', re.I)
-_VERSION_RE = re.compile(r"\b(\d+\.\d+(?:\.\d+)*)\b")
-_BUS_ID_RE = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
-_CC_RE = re.compile(r"^(\d+)\.(\d+)$")
-_TOPO_CELL_RE = re.compile(r"^(X|SYS|SOC|NODE|PHB|PXB|PIX|NV\d+|[A-Z][A-Z0-9]{1,5})$")
-_LIB_NAME_RE = re.compile(r"^libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$")
+_INVALID_FIELD_RE = re.compile(r'Field "([^"]+)" is not a valid field to query', re.I | re.A)
+_DRIVER_VERSION_RE = re.compile(r"[0-9]{1,5}(?:\.[0-9]{1,5}){1,3}")
+_VERSION_RE = re.compile(r"(?<![0-9A-Za-z.])([0-9]{1,5}(?:\.[0-9]{1,5}){1,3})(?![0-9A-Za-z.])")
+_BUS_ID_RE = re.compile(r"([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])")
+_CC_RE = re.compile(r"([0-9]{1,2})\.([0-9])")
+_INT_RE = re.compile(r"[+-]?[0-9]{1,18}(?:\.[0-9]{1,9})?")
+_GPU_TOKEN_RE = re.compile(r"GPU([0-9]{1,4})")
+_TOPO_CELL_RE = re.compile(r"X|SYS|SOC|NODE|PHB|PXB|PIX|NV[0-9]{1,3}|[A-Z][A-Z0-9]{1,5}")
+_LIB_NAME_RE = re.compile(r"libnvidia-ml\.so\.([0-9]{1,5}\.[0-9]{1,5}(?:\.[0-9]{1,5})?)")
 _PCIE_SPEED_GEN = ((2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6))
 
 # nvidia-smi's line for a GPU whose handle NVML cannot open (confidence: third_party, quoted in):
@@ -144,12 +173,12 @@ _PCIE_SPEED_GEN = ((2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6)
 # "GPU is lost" is nvmlErrorString(NVML_ERROR_GPU_IS_LOST); "Unknown Error" is what older drivers
 # print for the same Xid 79 state (nvidia-docker#1553: "the GPU ... drop[ped] off the bus").
 _LOST_LINE_RE = re.compile(
-    r"^\s*Unable to determine the device handle for GPU\s*(?:(\d+)\s*:\s*)?"
+    r"^\s*Unable to determine the device handle for GPU\s*(?:([0-9]{1,4})\s*:\s*)?"
     r"([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}\.[0-7])\s*:\s*(.*?)\s*$",
-    re.I,
+    re.I | re.A,
 )
 _LOST_CELL = "[gpu is lost]"  # a --query-gpu cell for a GPU lost after its handle was opened (inferred)
-_MODALIAS_RE = re.compile(r"^pci:v0000([0-9A-Fa-f]{4})d0000([0-9A-Fa-f]{4}).*bc([0-9A-Fa-f]{2})", re.I)
+_MODALIAS_RE = re.compile(r"^pci:v0000([0-9A-Fa-f]{4})d0000([0-9A-Fa-f]{4}).*bc([0-9A-Fa-f]{2})", re.I | re.A)
 
 
 class ParseError(ValueError):
@@ -203,7 +232,21 @@ def clean_value(value):
     return value
 
 
-def to_int(value, what="value"):
+def is_ascii(text):
+    """True when every character of ``text`` is ASCII (str.isascii is Python 3.7+)."""
+    return all(ord(char) < 128 for char in text)
+
+
+def has_control(text):
+    """True when ``text`` holds a C0 control character other than a tab, DEL or a C1 control."""
+    return any((ord(char) < 32 and char != "\t") or 127 <= ord(char) < 160 for char in text)
+
+
+def to_int(value, what="value", minimum=None, maximum=None):
+    """An integer from ASCII digits (an optional fraction is cut off: "16.0" -> 16), within
+    [minimum, maximum] when given; None for the no-data spellings. ParseError naming ``what``
+    otherwise: "５", "1_000", "nan", "inf" and "1e400" are not numbers here, whatever int() or
+    float() would make of them."""
     value = clean_value(value)
     if value is None:
         return None
@@ -211,14 +254,55 @@ def to_int(value, what="value"):
     for unit in (" MiB", "MiB", " %", "%"):
         if text.endswith(unit):
             text = text[: -len(unit)].strip()
-    try:
-        return int(text)
-    except ValueError:
-        try:
-            number = float(text)
-        except ValueError:
-            raise ParseError("%s is not a number: %r" % (what, value))
-        return int(number)
+    if not _INT_RE.fullmatch(text):
+        raise ParseError("%s is not a number: %r" % (what, _clip(value)))
+    number = int(text.split(".", 1)[0])
+    if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
+        raise ParseError("%s %d is outside %s..%s" % (what, number, minimum, maximum))
+    return number
+
+
+def sane_int(value, what, minimum, maximum):
+    """An int answered by NVML (not a bool, float or string), within [minimum, maximum]; ParseError
+    naming ``what`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParseError("%s is not an integer: %s" % (what, _clip(repr(value))))
+    if not minimum <= value <= maximum:
+        raise ParseError("%s %d is outside %d..%d" % (what, value, minimum, maximum))
+    return value
+
+
+def sane_driver_version(value, what="driver version"):
+    """A driver version like 550.54.14 (ASCII digits, 2 to 4 parts, nothing before or after), or
+    None for the no-data spellings; ParseError otherwise ("550.54.14garbage", "550.54.14\\n; rm")."""
+    value = clean_value(value)
+    if value is None:
+        return None
+    if not _DRIVER_VERSION_RE.fullmatch(value):
+        raise ParseError("not a %s: %r (expected digits and dots like 550.54.14)" % (what, _clip(value)))
+    return value
+
+
+def sane_text(value, what, limit=256):
+    """A text value from the driver (name, UUID, ECC mode): None for the no-data spellings;
+    ParseError when it holds control characters or is longer than ``limit``."""
+    value = clean_value(value)
+    if value is None:
+        return None
+    if has_control(value) or len(value) > limit:
+        raise ParseError("%s %r holds control characters or is longer than %d characters" % (what, _clip(value), limit))
+    return value
+
+
+def _clip(text, limit=80):
+    text = str(text)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _printable(text, limit=200):
+    """Driver words for a message: control characters as "?", at most ``limit`` characters."""
+    text = "".join("?" if has_control(char) or char == "\t" else char for char in (text or ""))
+    return _clip(text.strip(), limit)
 
 
 def to_enabled(value):
@@ -239,32 +323,45 @@ def normalize_bus_id(value):
     value = clean_value(value)
     if value is None:
         return None
-    match = _BUS_ID_RE.match(value)
+    match = _BUS_ID_RE.fullmatch(value)
     if not match:
-        raise ParseError("not a PCI bus id: %r" % value)
+        raise ParseError("not a PCI bus id: %r" % _clip(value))
     domain, bus, device, function = match.groups()
     return "%04x:%02x:%02x.%s" % (int(domain, 16), int(bus, 16), int(device, 16), function)
 
 
 def normalize_cc(value):
+    """"7.0" -> "7.0"; None for the no-data spellings. ParseError for anything but ASCII
+    major.minor with the major in CC_MAJOR_RANGE ("99.9", "-1.0", "7.0.1", "７.0")."""
     value = clean_value(value)
     if value is None:
         return None
-    match = _CC_RE.match(value)
+    match = _CC_RE.fullmatch(value)
     if not match:
-        raise ParseError("not a compute capability: %r" % value)
-    return "%d.%d" % (int(match.group(1)), int(match.group(2)))
+        raise ParseError("not a compute capability: %r (expected major.minor like 7.0)" % _clip(value))
+    return format_cc(int(match.group(1)), int(match.group(2)))
+
+
+def format_cc(major, minor):
+    """"major.minor" for ints within CC_MAJOR_RANGE and 0..9; ParseError otherwise."""
+    low, high = CC_MAJOR_RANGE
+    if not (low <= major <= high and 0 <= minor <= 9):
+        raise ParseError("compute capability %d.%d is outside %d.0..%d.9, which no GPU reports" % (major, minor, low, high))
+    return "%d.%d" % (major, minor)
 
 
 def cuda_version_from_int(value):
     """NVML's 12040 -> '12.4' (decoded by _policy.cuda_version_from_nvml)."""
     if value is None or isinstance(value, bool):
         return None
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and value.strip() and all(char in "0123456789" for char in value.strip()) \
+            and len(value.strip()) <= 6:
+        number = int(value.strip())
+    else:
         return None
-    if number <= 0:
+    if not CUDA_INT_RANGE[0] <= number <= CUDA_INT_RANGE[1]:
         return None
     return "%d.%d" % cuda_version_from_nvml(number)
 
@@ -275,8 +372,8 @@ def _version_key(version):
 
 def _summary(text, limit=300):
     """Non-empty lines joined with ' / ', for messages."""
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    joined = " / ".join(lines)
+    lines = [line.strip() for line in (text or "")[:MAX_OUTPUT_CHARS].splitlines() if line.strip()]
+    joined = "".join("?" if has_control(char) else char for char in " / ".join(lines)[:limit + 1])
     if len(joined) > limit:
         joined = joined[: limit - 3] + "..."
     return joined
@@ -312,10 +409,11 @@ def complete_gpu(gpu):
     """Fill compute capability / architecture from the PCI table or the name when missing."""
     entry = lookup_device(gpu.get("pci_device_id"))
     if gpu.get("compute_capability") is None:
+        name = gpu.get("name")
         if entry is not None:
             gpu["compute_capability"] = entry["compute_capability"]
-        else:
-            gpu["compute_capability"] = compute_capability_from_name(gpu.get("name"))
+        elif name and is_ascii(name):  # the name patterns use \d, which takes non-ASCII digits too
+            gpu["compute_capability"] = compute_capability_from_name(name)
     if gpu.get("architecture") is None:
         gpu["architecture"] = architecture_for(gpu.get("compute_capability"))
         if gpu["architecture"] is None and entry is not None:
@@ -331,27 +429,34 @@ def parse_query_gpu(text, fields):
     """Parse ``--query-gpu=<fields> --format=csv,noheader,nounits`` output.
 
     Returns ``(gpus, driver_version)``; raises ParseError when a line does not have one value per
-    field or a value has the wrong type.
+    field, a value has the wrong type or is out of its plausible range, the output lists more than
+    MAX_GPUS GPUs, or two GPUs share an index, a PCI bus ID or a UUID.
     """
     fields = list(fields)
     gpus = []
     driver_versions = []
     text = _ANSI_RE.sub("", _text(text) or "")
-    for line in text.splitlines():
-        if not line.strip():
-            continue
+    if len(text) > MAX_OUTPUT_CHARS:
+        raise ParseError("%d characters of output, more than a host with at most %d GPUs prints"
+                         % (len(text), MAX_GPUS))
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) > MAX_GPUS:
+        raise ParseError("%d GPU lines; this probe handles at most %d GPUs per host" % (len(lines), MAX_GPUS))
+    for line in lines:
+        if has_control(line):
+            raise ParseError("control character in %r" % _clip(line.strip()))
         values = [part.strip() for part in line.split(",")]
         if len(values) != len(fields):
             raise ParseError(
-                "expected %d comma-separated values, got %d in %r" % (len(fields), len(values), line.strip())
+                "expected %d comma-separated values, got %d in %r" % (len(fields), len(values), _clip(line.strip()))
             )
         raw = dict(zip(fields, values))
         gpu = new_gpu("nvidia_smi")
-        gpu["index"] = to_int(raw.get("index"), "index")
+        gpu["index"] = to_int(raw.get("index"), "index", 0, MAX_GPUS - 1)
         if gpu["index"] is None:
-            raise ParseError("GPU line without an index: %r" % line.strip())
-        gpu["name"] = clean_value(raw.get("name"))
-        gpu["uuid"] = clean_value(raw.get("uuid"))
+            raise ParseError("GPU line without an index: %r" % _clip(line.strip()))
+        gpu["name"] = sane_text(raw.get("name"), "name")
+        gpu["uuid"] = sane_text(raw.get("uuid"), "uuid", 96)
         gpu["pci_bus_id"] = normalize_bus_id(raw.get("pci.bus_id"))
         if "pci.device_id" in raw:
             device_raw = clean_value(raw.get("pci.device_id"))
@@ -359,42 +464,61 @@ def parse_query_gpu(text, fields):
             if device_raw is not None:
                 device_id = normalize_device_id(device_raw)
                 if device_id is None:
-                    raise ParseError("not a PCI device id: %r" % device_raw)
+                    raise ParseError("not a PCI device id: %r" % _clip(device_raw))
                 gpu["pci_device_id"] = "0x" + device_id
         gpu["compute_capability"] = normalize_cc(raw.get("compute_cap"))
-        gpu["memory_total_mib"] = to_int(raw.get("memory.total"), "memory.total")
-        gpu["memory_free_mib"] = to_int(raw.get("memory.free"), "memory.free")
+        gpu["memory_total_mib"] = to_int(raw.get("memory.total"), "memory.total", 1, MAX_MEMORY_MIB)
+        gpu["memory_free_mib"] = to_int(raw.get("memory.free"), "memory.free", 0, gpu["memory_total_mib"]
+                                        if gpu["memory_total_mib"] is not None else MAX_MEMORY_MIB)
         gpu["persistence_mode"] = to_enabled(raw.get("persistence_mode"))
-        ecc = raw.get("ecc.mode.current")
-        gpu["ecc_mode"] = clean_value(ecc)
-        gpu["pcie_link_gen"] = to_int(raw.get("pcie.link.gen.current"), "pcie.link.gen.current")
-        gpu["pcie_link_width"] = to_int(raw.get("pcie.link.width.current"), "pcie.link.width.current")
-        driver = clean_value(raw.get("driver_version"))
+        gpu["ecc_mode"] = sane_text(raw.get("ecc.mode.current"), "ecc.mode.current", 32)
+        gpu["pcie_link_gen"] = to_int(raw.get("pcie.link.gen.current"), "pcie.link.gen.current", *PCIE_GEN_RANGE)
+        gpu["pcie_link_width"] = to_int(raw.get("pcie.link.width.current"), "pcie.link.width.current",
+                                        *PCIE_WIDTH_RANGE)
+        driver = sane_driver_version(raw.get("driver_version"))
         if driver is not None:
-            if not _VERSION_RE.match(driver):
-                raise ParseError("not a driver version: %r" % driver)
             driver_versions.append(driver)
         gpus.append(complete_gpu(gpu))
-    indices = [gpu["index"] for gpu in gpus]
-    if len(set(indices)) != len(indices):
-        raise ParseError("duplicate GPU indices: %r" % indices)
+    check_unique(gpus)
+    if len(set(driver_versions)) > 1:
+        raise ParseError("the GPUs report different driver versions %s; one driver serves them all"
+                         % ", ".join(sorted(set(driver_versions))))
     return gpus, (driver_versions[0] if driver_versions else None)
+
+
+def check_unique(gpus):
+    """ParseError naming the value when two GPUs share an index, a PCI bus ID or a UUID (each GPU
+    has its own: two rows with one bus ID are one GPU counted twice, or nonsense)."""
+    for key, label in (("index", "index"), ("pci_bus_id", "PCI bus ID"), ("uuid", "UUID")):
+        seen = {}
+        for gpu in gpus:
+            value = gpu.get(key)
+            if value is None:
+                continue
+            if value in seen:
+                if key == "index":
+                    raise ParseError("duplicate GPU indices: %r" % [g["index"] for g in gpus])
+                raise ParseError("duplicate %s %s: reported by GPU %s and GPU %s"
+                                 % (label, value, seen[value], gpu.get("index")))
+            seen[value] = gpu.get("index")
 
 
 def parse_smi_header(text):
     """Versions from the banner of plain ``nvidia-smi``.
 
     Returns a dict with ``smi_version``, ``driver_version`` and ``cuda_driver_version`` (each None
-    when absent; ``CUDA Version: N/A`` gives None).
+    when absent; ``CUDA Version: N/A`` gives None). A version followed by anything but a space, a
+    "|" or the end of the line ("550.54.14garbage") is not taken: it stays None (unknown).
     """
-    text = _ANSI_RE.sub("", _text(text) or "")
+    text = _ANSI_RE.sub("", _text(text) or "")[:MAX_OUTPUT_CHARS]
     result = {"smi_version": None, "driver_version": None, "cuda_driver_version": None}
+    end = r"(?=[ \t|]|\r?$)"
     for key, pattern in (
-        ("smi_version", r"NVIDIA-SMI\s+(\d+\.\d+(?:\.\d+)*)"),
-        ("driver_version", r"Driver Version:\s*(\d+\.\d+(?:\.\d+)*)"),
-        ("cuda_driver_version", r"CUDA Version:\s*(\d+\.\d+)"),
+        ("smi_version", r"NVIDIA-SMI[ \t]+([0-9]{1,5}(?:\.[0-9]{1,5}){1,3})" + end),
+        ("driver_version", r"Driver Version:[ \t]*([0-9]{1,5}(?:\.[0-9]{1,5}){1,3})" + end),
+        ("cuda_driver_version", r"CUDA Version:[ \t]*([0-9]{1,2}\.[0-9]{1,2})" + end),
     ):
-        match = re.search(pattern, text)
+        match = re.search(pattern, text, re.M)
         if match:
             result[key] = match.group(1)
     return result
@@ -424,15 +548,19 @@ def parse_topology(text):
 
     Returns ``(topology, nvlink)`` where topology is
     ``{"matrix": {"0": {"1": "PHB"}}, "pairs": [{"a": 0, "b": 1, "link": "PHB"}]}``.
-    Raises ParseError when there is no GPU matrix or a cell does not look like a link code.
+    Raises ParseError when there is no GPU matrix, a cell does not look like a link code, or the
+    matrix has more than MAX_GPUS GPU columns or rows (or names one twice).
     """
     text = _ANSI_RE.sub("", _text(text) or "")
+    if len(text) > MAX_OUTPUT_CHARS:
+        raise ParseError("%d characters of topology, more than a host with at most %d GPUs prints"
+                         % (len(text), MAX_GPUS))
     lines = text.splitlines()
     header = None
     start = 0
     for pos, line in enumerate(lines):
         tokens = line.split()
-        if any(re.match(r"^GPU\d+$", token) for token in tokens):
+        if any(_GPU_TOKEN_RE.fullmatch(token) for token in tokens):
             header = tokens  # the first line naming a GPU is the column header
             start = pos + 1
             break
@@ -443,7 +571,11 @@ def parse_topology(text):
         if token in ("CPU", "NUMA", "GPU", "Affinity", "ID"):
             break
         columns.append(token)
-    gpu_columns = dict((pos, int(name[3:])) for pos, name in enumerate(columns) if re.match(r"^GPU\d+$", name))
+    gpu_columns = dict((pos, int(name[3:])) for pos, name in enumerate(columns) if _GPU_TOKEN_RE.fullmatch(name))
+    if len(gpu_columns) > MAX_GPUS:
+        raise ParseError("%d GPU columns; this probe handles at most %d GPUs per host" % (len(gpu_columns), MAX_GPUS))
+    if len(set(gpu_columns.values())) != len(gpu_columns):
+        raise ParseError("a GPU column appears twice in the topology header")
     matrix = {}
     for line in lines[start:]:
         tokens = line.split()
@@ -451,9 +583,11 @@ def parse_topology(text):
             continue
         if tokens[0].rstrip(":") == "Legend":
             break
-        row = re.match(r"^GPU(\d+)$", tokens[0])
+        row = _GPU_TOKEN_RE.fullmatch(tokens[0])
         if not row:
             continue  # NIC rows (NIC0, mlx5_0, ...) are not GPU pairs
+        if str(int(row.group(1))) in matrix or len(matrix) >= MAX_GPUS:
+            raise ParseError("topology row %r appears twice, or more than %d GPU rows" % (_clip(tokens[0]), MAX_GPUS))
         values = tokens[1:1 + len(columns)]
         if len(values) < len(columns):
             raise ParseError("topology row %r has %d cells, expected %d" % (tokens[0], len(values), len(columns)))
@@ -462,8 +596,8 @@ def parse_topology(text):
         for pos, value in enumerate(values):
             if pos not in gpu_columns:
                 continue
-            if not _TOPO_CELL_RE.match(value):
-                raise ParseError("unexpected topology cell %r in row %r" % (value, tokens[0]))
+            if not _TOPO_CELL_RE.fullmatch(value):
+                raise ParseError("unexpected topology cell %r in row %r" % (_clip(value), tokens[0]))
             b = gpu_columns[pos]
             if b == a:
                 continue
@@ -495,7 +629,9 @@ def split_lost_lines(text):
             continue  # the same line on stdout and stderr
         seen.add(bus_id)
         index = int(match.group(1)) if match.group(1) is not None else None
-        lost.append(new_lost(bus_id, index, match.group(3) or "Unknown Error", "nvidia_smi"))
+        if index is not None and index >= MAX_GPUS:
+            index = None  # not an index nvidia-smi gives on a host this probe handles
+        lost.append(new_lost(bus_id, index, _printable(match.group(3)) or "Unknown Error", "nvidia_smi"))
     return lost, "\n".join(rest)
 
 
@@ -515,7 +651,7 @@ def _lost_rows(text, fields):
             continue
         raw = dict(zip(fields, values))
         try:
-            index = to_int(raw.get("index"), "index")
+            index = to_int(raw.get("index"), "index", 0, MAX_GPUS - 1)
             bus_id = normalize_bus_id(raw.get("pci.bus_id"))
         except ParseError:
             rest.append(line)
@@ -554,7 +690,8 @@ def classify_smi_failure(rc, text):
 
 def parse_nvml_library_line(text):
     """'NVML library version: 550.90' (printed by newer nvidia-smi on a mismatch) -> '550.90'."""
-    match = re.search(r"NVML library version:\s*(\d+\.\d+(?:\.\d+)*)", _text(text) or "")
+    match = re.search(r"NVML library version:[ \t]*([0-9]{1,5}(?:\.[0-9]{1,5}){1,3})(?![0-9A-Za-z.])",
+                      (_text(text) or "")[:MAX_OUTPUT_CHARS])
     return match.group(1) if match else None
 
 
@@ -579,19 +716,46 @@ def parse_proc_version(text):
     return None, None
 
 
-def read_proc_version(path):
+def read_small_file(path, limit=4096):
+    """At most ``limit`` bytes of ``path`` when it is a regular file (procfs and sysfs attributes
+    are); None when it is missing, unreadable or anything else. A FIFO or a device is never opened
+    (opening a FIFO waits for a writer, /dev/zero never ends), and the read is bounded."""
     try:
-        with open(path, "rb") as handle:
-            return parse_proc_version(handle.read().decode("utf-8", "replace"))
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except (IOError, OSError, ValueError):
+        return None
+    chunks = []
+    size = 0
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        while size < limit:
+            chunk = os.read(fd, limit - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
     except (IOError, OSError):
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def read_proc_version(path):
+    raw = read_small_file(path, 65536)
+    if raw is None:
         return None, None
+    return parse_proc_version(raw.decode("utf-8", "replace"))
 
 
 def library_versions_from_names(names):
     """Versions (sorted, highest last) from file names like ``libnvidia-ml.so.550.54.14``."""
     found = set()
     for name in names:
-        match = _LIB_NAME_RE.match(os.path.basename(name))
+        match = _LIB_NAME_RE.fullmatch(os.path.basename(name))
         if match:
             found.add(match.group(1))
     return sorted(found, key=_version_key)
@@ -629,7 +793,8 @@ def nvml_library_version(nvml_version):
         return None
     parts = value.split(".")
     if len(parts) >= 3:
-        return ".".join(parts[1:])
+        version = ".".join(parts[1:])
+        return version if _DRIVER_VERSION_RE.fullmatch(version) else None
     return None
 
 
@@ -638,18 +803,15 @@ def nvml_library_version(nvml_version):
 # --------------------------------------------------------------------------------------------
 
 def _read_sysfs(path):
-    try:
-        with open(path, "rb") as handle:
-            return handle.read().decode("ascii", "replace").strip()
-    except (IOError, OSError):
-        return None
+    raw = read_small_file(path, 4096)
+    return None if raw is None else raw.decode("ascii", "replace").strip()
 
 
 def _pcie_gen(speed):
     """sysfs current_link_speed '8.0 GT/s PCIe' -> 3."""
     if not speed:
         return None
-    match = re.match(r"^\s*(\d+(?:\.\d+)?)\s*GT/s", speed)
+    match = re.match(r"^[ \t]*([0-9]{1,3}(?:\.[0-9]{1,3})?)[ \t]*GT/s", speed)
     if not match:
         return None
     value = float(match.group(1))
@@ -673,12 +835,8 @@ def read_pci(sysfs_root=None):
 def _config_all_ones(path):
     """True when the first 4 bytes of the device's config space read 0xff (vendor and device
     0xffff): what a device that no longer answers returns, and what lspci shows as "rev ff"."""
-    try:
-        with open(os.path.join(path, "config"), "rb") as handle:
-            head = handle.read(4)
-    except (IOError, OSError):
-        return False
-    return len(head) == 4 and head == b"\xff\xff\xff\xff"
+    head = read_small_file(os.path.join(path, "config"), 4)
+    return head == b"\xff\xff\xff\xff"
 
 
 def _lost_signs(path, vendor, pci_class):
@@ -719,7 +877,8 @@ def read_pci_devices(sysfs_root=None):
 
     Returns ``(readable, gpus, lost)``: gpus as read_pci; lost a list of lost_gpus entries
     (source pci) for GPUs whose config space reads all ones. Both share one numbering, in PCI
-    bus order over all NVIDIA display devices.
+    bus order over all NVIDIA display devices. Reading stops after MAX_GPUS + 1 such devices (more
+    is refused by probe()), so a huge bus costs little.
     """
     sysfs_root = DEFAULT_SYSFS_ROOT if sysfs_root is None else sysfs_root
     base = os.path.join(sysfs_root, "bus", "pci", "devices")
@@ -731,6 +890,8 @@ def read_pci_devices(sysfs_root=None):
     lost = []
     position = 0
     for entry in entries:
+        if position > MAX_GPUS:
+            break
         path = os.path.join(base, entry)
         vendor = _read_sysfs(os.path.join(path, "vendor"))
         pci_class = _read_sysfs(os.path.join(path, "class"))
@@ -777,7 +938,8 @@ def read_pci_devices(sysfs_root=None):
             gpu["name"] = "NVIDIA device 0x%s" % (device_id or "????")
         gpu["pcie_link_gen"] = _pcie_gen(_read_sysfs(os.path.join(path, "current_link_speed")))
         try:
-            gpu["pcie_link_width"] = to_int(_read_sysfs(os.path.join(path, "current_link_width")))
+            gpu["pcie_link_width"] = to_int(_read_sysfs(os.path.join(path, "current_link_width")),
+                                            "current_link_width", *PCIE_WIDTH_RANGE)
         except ParseError:
             gpu["pcie_link_width"] = None
         gpu["kernel_driver"] = driver
@@ -826,6 +988,9 @@ def read_nvidia_smi(run_command, nvidia_smi, notes=None):
         failure = ProbeFailure(state, "nvidia-smi exited %d: %s" % (rc, _summary(combined) or "no output"))
         failure.library_version = parse_nvml_library_line(combined)
         raise failure
+    if len(out) + len(err) > MAX_OUTPUT_CHARS:
+        raise ProbeFailure(STATE_PROBE_ERROR, "nvidia-smi --query-gpu printed %d characters, more than a host with at "
+                           "most %d GPUs prints; run it by hand to see what it says" % (len(out) + len(err), MAX_GPUS))
     lost, out = split_lost_lines(out)
     lost_err, _rest = split_lost_lines(err)
     lost_rows, out = _lost_rows(out, fields)
@@ -836,6 +1001,8 @@ def read_nvidia_smi(run_command, nvidia_smi, notes=None):
         gpus, driver_version = parse_query_gpu(out, fields)
     except ParseError as exc:
         raise ProbeFailure(STATE_PROBE_ERROR, "could not parse nvidia-smi --query-gpu output (%s)" % exc)
+    if len(gpus) + len(lost) > MAX_GPUS:
+        raise ProbeFailure(STATE_PROBE_ERROR, too_many_gpus("nvidia-smi", len(gpus) + len(lost)))
     if not gpus and not lost:
         raise ProbeFailure(STATE_NO_GPU, "nvidia-smi listed no GPU")
 
@@ -848,6 +1015,8 @@ def read_nvidia_smi(run_command, nvidia_smi, notes=None):
     }
     rc, out, err = run_command([nvidia_smi])
     header = parse_smi_header(_text(out) or "")
+    if header["driver_version"] is None and "Driver Version:" in (_text(out) or "")[:MAX_OUTPUT_CHARS]:
+        notes.append("the nvidia-smi banner's driver version is not a version like 550.54.14; taken as unknown")
     if rc != 0 and lost:
         notes.append("plain nvidia-smi stops at the lost GPU (exit %d), so the CUDA version is unknown" % rc)
     elif rc != 0 or header["cuda_driver_version"] is None:
@@ -874,6 +1043,13 @@ def read_nvidia_smi(run_command, nvidia_smi, notes=None):
                     for pair in result["topology"]["pairs"]
                 )
     return result
+
+
+def too_many_gpus(source, count):
+    """The message for a host listing more GPUs than MAX_GPUS."""
+    return ("%s lists %s GPUs; this probe handles at most %d per host (no NVIDIA system puts more in one host), "
+            "so the answer is not trusted; run nvidia-smi -L on the host to see what it lists"
+            % (source, count, MAX_GPUS))
 
 
 def _unique_lost(lost):
@@ -996,8 +1172,13 @@ def _getter(nvml, error_class, func, *args):
 
 
 def _read_nvml_initialised(nvml, error_class, notes):
+    try:
+        driver = sane_driver_version(_optional(nvml, error_class, getattr(nvml, "nvmlSystemGetDriverVersion", None)),
+                                     "driver version (nvmlSystemGetDriverVersion)")
+    except ParseError as exc:
+        raise ProbeFailure(STATE_PROBE_ERROR, "NVML answered a value this probe does not trust: %s" % exc)
     result = {
-        "driver_version": clean_value(_optional(nvml, error_class, getattr(nvml, "nvmlSystemGetDriverVersion", None))),
+        "driver_version": driver,
         "cuda_driver_version": None,
         "library_version": nvml_library_version(
             _optional(nvml, error_class, getattr(nvml, "nvmlSystemGetNVMLVersion", None))
@@ -1008,11 +1189,16 @@ def _read_nvml_initialised(nvml, error_class, notes):
     )
     result["cuda_driver_version"] = cuda_version_from_int(_optional(nvml, error_class, cuda_getter))
     try:
-        count = int(nvml.nvmlDeviceGetCount())
+        count = nvml.nvmlDeviceGetCount()
     except error_class as exc:
         raise nvml_failure(nvml, exc, "nvmlDeviceGetCount")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ProbeFailure(STATE_PROBE_ERROR, "NVML answered a value this probe does not trust: nvmlDeviceGetCount "
+                           "returned %s, not a GPU count" % _clip(repr(count)))
     if count == 0:
         raise ProbeFailure(STATE_NO_GPU, "NVML reports 0 GPUs")
+    if count > MAX_GPUS:
+        raise ProbeFailure(STATE_PROBE_ERROR, too_many_gpus("NVML", count))
     handles = []
     gpus = []
     lost = []
@@ -1023,16 +1209,23 @@ def _read_nvml_initialised(nvml, error_class, notes):
             if _nvml_code(exc) != NVML_ERROR_GPU_IS_LOST:
                 raise nvml_failure(nvml, exc, "nvmlDeviceGetHandleByIndex(%d)" % index)
             # The bus ID cannot be asked of a lost handle; probe() takes it from the PCI bus.
-            lost.append(new_lost(None, index, "nvmlDeviceGetHandleByIndex(%d): %s" % (index, _nvml_text(nvml, exc)),
-                                 "nvml"))
+            lost.append(new_lost(None, index, "nvmlDeviceGetHandleByIndex(%d): %s"
+                                 % (index, _printable(_nvml_text(nvml, exc))), "nvml"))
             continue
         try:
             gpu = _nvml_gpu(nvml, error_class, handle, index)
         except _GpuLost as exc:
-            lost.append(new_lost(None, index, "%s: %s" % (exc.where, exc.text), "nvml"))
+            lost.append(new_lost(None, index, "%s: %s" % (exc.where, _printable(exc.text)), "nvml"))
             continue
+        except ParseError as exc:
+            raise ProbeFailure(STATE_PROBE_ERROR, "NVML answered a value this probe does not trust for GPU %d: %s"
+                               % (index, exc))
         handles.append(handle)
         gpus.append(gpu)
+    try:
+        check_unique(gpus)
+    except ParseError as exc:
+        raise ProbeFailure(STATE_PROBE_ERROR, "NVML answered GPUs this probe does not trust: %s" % exc)
     if lost and len(lost) == count:
         notes.append("NVML cannot reach any of its %d GPU(s)" % count)
     result["gpus"] = gpus
@@ -1043,8 +1236,8 @@ def _read_nvml_initialised(nvml, error_class, notes):
 
 def _nvml_gpu(nvml, error_class, handle, index):
     gpu = new_gpu("nvml", index=index)
-    gpu["name"] = clean_value(_getter(nvml, error_class, nvml.nvmlDeviceGetName, handle))
-    gpu["uuid"] = clean_value(_getter(nvml, error_class, nvml.nvmlDeviceGetUUID, handle))
+    gpu["name"] = sane_text(_getter(nvml, error_class, nvml.nvmlDeviceGetName, handle), "name")
+    gpu["uuid"] = sane_text(_getter(nvml, error_class, nvml.nvmlDeviceGetUUID, handle), "uuid", 96)
     pci = _getter(nvml, error_class, nvml.nvmlDeviceGetPciInfo, handle)
     if pci is not None:
         try:
@@ -1055,22 +1248,34 @@ def _nvml_gpu(nvml, error_class, handle, index):
         gpu["pci_device_id"] = None if device_id is None else "0x" + device_id
     cc = _optional(nvml, error_class, getattr(nvml, "nvmlDeviceGetCudaComputeCapability", None), handle)
     if cc is not None:
-        gpu["compute_capability"] = "%d.%d" % (int(cc[0]), int(cc[1]))
+        if not isinstance(cc, (list, tuple)) or len(cc) != 2:
+            raise ParseError("compute capability %s is not a (major, minor) pair" % _clip(repr(cc)))
+        gpu["compute_capability"] = format_cc(sane_int(cc[0], "compute capability major", 0, 99),
+                                              sane_int(cc[1], "compute capability minor", 0, 99))
     memory = _getter(nvml, error_class, nvml.nvmlDeviceGetMemoryInfo, handle)
     if memory is not None:
-        gpu["memory_total_mib"] = int(memory.total) // (1024 * 1024)
-        gpu["memory_free_mib"] = int(memory.free) // (1024 * 1024)
+        mib = 1024 * 1024
+        total = sane_int(getattr(memory, "total", None), "memory total (bytes)", mib, MAX_MEMORY_MIB * mib)
+        gpu["memory_total_mib"] = total // mib
+        gpu["memory_free_mib"] = sane_int(getattr(memory, "free", None), "memory free (bytes)", 0, total) // mib
     persistence = _optional(nvml, error_class, getattr(nvml, "nvmlDeviceGetPersistenceMode", None), handle)
     if persistence is not None:
-        gpu["persistence_mode"] = int(persistence) == NVML_FEATURE_ENABLED
+        gpu["persistence_mode"] = sane_int(persistence, "persistence mode", 0, 1) == NVML_FEATURE_ENABLED
     ecc = _optional(nvml, error_class, getattr(nvml, "nvmlDeviceGetEccMode", None), handle)
     if ecc is not None:
-        gpu["ecc_mode"] = "Enabled" if int(ecc[0]) == NVML_FEATURE_ENABLED else "Disabled"
+        if not isinstance(ecc, (list, tuple)) or not ecc:
+            raise ParseError("ECC mode %s is not a (current, pending) pair" % _clip(repr(ecc)))
+        gpu["ecc_mode"] = "Enabled" if sane_int(ecc[0], "ECC mode", 0, 1) == NVML_FEATURE_ENABLED else "Disabled"
     gen = _optional(nvml, error_class, getattr(nvml, "nvmlDeviceGetCurrPcieLinkGeneration", None), handle)
-    gpu["pcie_link_gen"] = None if gen is None else int(gen)
+    gpu["pcie_link_gen"] = None if gen is None else sane_int(gen, "PCIe link generation", *PCIE_GEN_RANGE)
     width = _optional(nvml, error_class, getattr(nvml, "nvmlDeviceGetCurrPcieLinkWidth", None), handle)
-    gpu["pcie_link_width"] = None if width is None else int(width)
+    gpu["pcie_link_width"] = None if width is None else sane_int(width, "PCIe link width", *PCIE_WIDTH_RANGE)
     return complete_gpu(gpu)
+
+
+def _enum(value):
+    """An NVML enum answer as an int; None for anything else (a bool, a float, a string)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _nvml_links(nvml, error_class, handle):
@@ -1086,7 +1291,7 @@ def _nvml_links(nvml, error_class, handle):
             state = get_state(handle, link)
         except error_class:
             break  # NOT_SUPPORTED (no NVLink) or INVALID_ARGUMENT (past the last link)
-        if int(state) != NVML_FEATURE_ENABLED:
+        if _enum(state) != NVML_FEATURE_ENABLED:
             continue
         total += 1
         remote = _optional(nvml, error_class, get_remote, handle, link)
@@ -1115,12 +1320,12 @@ def _nvml_topology(nvml, error_class, handles, gpus, notes):
                 link = "NV%d" % direct
             else:
                 status = _optional(nvml, error_class, p2p, handles[i], handles[j], NVML_P2P_CAPS_INDEX_NVLINK)
-                if status is not None and int(status) == NVML_P2P_STATUS_OK and links[i][1] and links[j][1]:
+                if _enum(status) == NVML_P2P_STATUS_OK and links[i][1] and links[j][1]:
                     # Through NVSwitch: no direct link, but NVLink peer access works.
                     link = "NV%d" % min(links[i][1], links[j][1])
             if link is None:
                 level = _optional(nvml, error_class, ancestor, handles[i], handles[j])
-                link = NVML_TOPOLOGY_LINKS.get(int(level)) if level is not None else None
+                link = NVML_TOPOLOGY_LINKS.get(_enum(level))
             if link is None:
                 unknown += 1
             a, b = str(gpus[i]["index"]), str(gpus[j]["index"])
@@ -1245,6 +1450,14 @@ def probe(backend="auto", run_command=None, nvidia_smi=None, nvml_loader=None, s
     facts["kernel_module_version"], facts["kernel_module_type"] = read_proc_version(proc_version_path)
     facts["library_version"] = read_library_version(lib_root, lib_dirs)
     pci_readable, pci_gpus, pci_lost = read_pci_devices(sysfs_root)
+    if len(pci_gpus) + len(pci_lost) > MAX_GPUS:
+        # Neither the bus nor a driver listing as many GPUs is trusted; nothing is asked or reported.
+        facts["state"] = STATE_PROBE_ERROR
+        facts["backend"] = "pci"
+        facts["msg"] = "Could not read the NVIDIA GPUs: %s." % too_many_gpus("the PCI bus", "more than %d" % MAX_GPUS)
+        probes.append({"backend": "pci", "outcome": STATE_PROBE_ERROR,
+                       "detail": "more than %d NVIDIA display devices" % MAX_GPUS})
+        return facts
 
     order = {"auto": ("nvml", "nvidia_smi"), "nvml": ("nvml",), "nvidia_smi": ("nvidia_smi",), "pci": ()}[backend]
     answer = None

@@ -20,7 +20,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import math
 import os
+import re
+import stat
 import struct
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
@@ -35,6 +38,54 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
 MAX_HEADER_BYTES = 100000000
 
 INDEX_FILE = "model.safetensors.index.json"
+
+# Size caps for the JSON files read whole (a FIFO, a device or a multi-GB file named config.json
+# must not hang the probe or exhaust memory). A real config.json or quantization description is a
+# few KB; model.safetensors.index.json grows with the tensor count: about 100 bytes per tensor,
+# so some MB for the largest public checkpoints (confidence: inferred from public repositories).
+MAX_JSON_BYTES = 16 * 1024 * 1024
+MAX_INDEX_BYTES = 64 * 1024 * 1024
+# No field of a model config needs more digits than this. A longer JSON integer is never given to
+# int() (quadratic on Pythons without the int-digits limit of CVE-2020-10735): it becomes a HugeInt,
+# which every field check refuses, naming the field.
+MAX_JSON_INT_DIGITS = 40
+
+# Plausible ranges of the config.json integers the probe reports (inclusive). The largest public
+# values are far below: hidden_size 16384 and 126 layers (Llama-3.1-405B), 128 heads, head_dim 256
+# (Gemma 2), vocab 262144 (Gemma 3), intermediate 53248 (Llama-3.1-405B), context 10485760
+# (Llama 4 Scout) (confidence: inferred from the public config.json files). A value outside is
+# nonsense, and a gate fed with it would plan on nonsense.
+CONFIG_INT_LIMITS = {
+    "hidden_size": (1, 2 ** 20),
+    "num_hidden_layers": (1, 2 ** 12),
+    "num_attention_heads": (1, 2 ** 12),
+    "num_key_value_heads": (1, 2 ** 12),
+    "head_dim": (1, 2 ** 14),
+    "max_position_embeddings": (1, 2 ** 30),
+    "max_sequence_length": (1, 2 ** 30),
+    "seq_length": (1, 2 ** 30),
+    "n_positions": (1, 2 ** 30),
+    "vocab_size": (1, 2 ** 24),
+    "intermediate_size": (1, 2 ** 22),
+    "model_max_length": (1, 2 ** 30),
+}
+SLIDING_WINDOW_MAX = 2 ** 31
+# Quantization integers: bit widths, and group/block sizes (-1 is GPTQ's "one group per channel").
+QUANT_BITS_RANGE = (1, 64)
+QUANT_GROUP_RANGE = (-1, 2 ** 20)
+
+# safetensors tensors: at most this many dimensions, each at most MAX_TENSOR_DIM. Checkpoint tensors
+# have 0 to 5 dimensions, none near 2**48 elements (confidence: inferred).
+MAX_TENSOR_DIMS = 64
+MAX_TENSOR_DIM = 2 ** 48
+# An unknown dtype is still checked against its data span: between 1 and 256 bits per element.
+UNKNOWN_DTYPE_BITS = (1, 256)
+
+# Names config.json uses for dtypes, model types, architectures and quantization methods: ASCII
+# letters and digits with "_", ".", "-" (no control characters, no non-ASCII digits such as U+FF15
+# that Python's int() or isdigit() would take for digits).
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+_DTYPE_RE = re.compile(r"[A-Z0-9][A-Z0-9_]{0,31}")
 
 # Bits per element of each safetensors dtype. The sub-byte float dtypes (F4, F6_*) are packed.
 DTYPE_BITS = {
@@ -101,29 +152,124 @@ class ModelFileError(Exception):
 # ---------------------------------------------------------------------------------------------
 
 
-def read_json_object(path):
-    """Return the JSON object stored in ``path``; ModelFileError if missing, unreadable or not
-    a JSON object."""
-    if not os.path.exists(path):
-        raise ModelFileError(path, "file is missing")
-    if not os.path.isfile(path):
-        raise ModelFileError(path, "is not a regular file")
+def _kind(mode):
+    """What a non-regular file is, for messages."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path, max_bytes=None):
+    """Open ``path`` for reading if it is a regular file (symbolic links followed only to regular
+    files), no larger than ``max_bytes``. Returns ``(file object, size)``.
+
+    Checked with os.stat before opening, so a FIFO or a device (/dev/zero linked in) is never
+    opened (opening a FIFO waits for a writer; reading /dev/zero never ends), and again with
+    fstat on the descriptor, opened non-blocking, in case the path was swapped in between.
+    """
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
+        before = os.stat(path)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise ModelFileError(path, "is a symbolic link to %s, which does not exist (or cannot be reached: %s)"
+                                 % (os.readlink(path), exc.strerror))
+        if not os.path.lexists(path):
+            raise ModelFileError(path, "file is missing")
+        raise ModelFileError(path, "cannot be read (%s)" % exc)
+    if not stat.S_ISREG(before.st_mode):
+        raise ModelFileError(path, "is %s, not a regular file; replace it with the file itself" % _kind(before.st_mode))
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise ModelFileError(path, "cannot be read (%s)" % exc)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ModelFileError(path, "is %s, not a regular file; replace it with the file itself" % _kind(info.st_mode))
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise ModelFileError(path, "is %d bytes, more than the %d bytes this probe reads for such a file; it is "
+                                 "not a model configuration (or is damaged)" % (info.st_size, max_bytes))
+        handle = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    return handle, info.st_size
+
+
+class HugeInt(object):
+    """Stands for a JSON integer of more than MAX_JSON_INT_DIGITS digits, never converted with
+    int(). It is no int, so every field check refuses it and names the field; nothing returns it."""
+
+    __slots__ = ("digits", "negative")
+
+    def __init__(self, digits, negative):
+        self.digits = digits
+        self.negative = negative
+
+    def __repr__(self):
+        return "%s integer of %d digits" % ("a negative" if self.negative else "an", self.digits)
+
+
+def _json_int(text):
+    """json parse_int hook: ASCII digits only; more than MAX_JSON_INT_DIGITS of them give a HugeInt."""
+    digits = text[1:] if text.startswith("-") else text
+    if not digits or any(c not in "0123456789" for c in digits):
+        raise ValueError("%r is not an ASCII integer" % text[:40])
+    if len(digits) > MAX_JSON_INT_DIGITS:
+        return HugeInt(len(digits), text.startswith("-"))
+    return int(text)
+
+
+def parse_json_text(text, path, what="is not valid JSON"):
+    """json.loads with the integer hook; ModelFileError for malformed, over-long or too deeply
+    nested JSON (RecursionError)."""
+    try:
+        return json.loads(text, parse_int=_json_int)
+    except RecursionError:
+        raise ModelFileError(path, "%s: it nests arrays or objects deeper than Python's JSON reader allows "
+                             "(a model configuration nests a few levels)" % what)
+    except ValueError as exc:
+        raise ModelFileError(path, "%s (%s)" % (what, _clip(str(exc))))
+
+
+def read_json_object(path, max_bytes=MAX_JSON_BYTES):
+    """Return the JSON object stored in ``path``; ModelFileError if missing, not a regular file,
+    larger than ``max_bytes``, unreadable, not JSON or not a JSON object."""
+    handle, _size = open_regular(path, max_bytes)
+    try:
+        with handle:
+            raw = handle.read(max_bytes + 1)
     except (IOError, OSError) as exc:
         raise ModelFileError(path, "cannot be read (%s)" % exc)
+    if len(raw) > max_bytes:
+        raise ModelFileError(path, "holds more than the %d bytes this probe reads for such a file" % max_bytes)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ModelFileError(path, "is not UTF-8 text (%s)" % exc)
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ModelFileError(path, "is not valid JSON (%s)" % exc)
+    data = parse_json_text(text, path)
     if not isinstance(data, dict):
         raise ModelFileError(path, "must hold a JSON object, found %s" % type(data).__name__)
     return data
+
+
+def _clip(text, limit=120):
+    text = str(text)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _short(value, limit=80):
+    """repr of a value for a message, clipped (a hostile value can be huge)."""
+    if isinstance(value, (dict, list)):
+        return "a JSON %s of %d entries" % ("object" if isinstance(value, dict) else "array", len(value))
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 30:
+        return "an integer of %d digits" % len(str(abs(value)))
+    if isinstance(value, HugeInt):
+        return repr(value)
+    return _clip(repr(value), limit)
 
 
 def _is_int(value):
@@ -131,13 +277,43 @@ def _is_int(value):
 
 
 def _positive_int(cfg, key, path, where=""):
-    """cfg[key] as a positive int, None when absent or null; ModelFileError when of another type."""
+    """cfg[key] as an int within CONFIG_INT_LIMITS[key], None when absent or null; ModelFileError
+    naming the field and the expected range otherwise (bools, floats, NaN, strings included)."""
     value = cfg.get(key)
     if value is None:
         return None
-    if not _is_int(value) or value <= 0:
-        raise ModelFileError(path, "%s%s must be a positive integer, found %r" % (where, key, value))
+    low, high = CONFIG_INT_LIMITS.get(key, (1, 2 ** 31))
+    if not _is_int(value) or not low <= value <= high:
+        raise ModelFileError(path, "%s%s must be a positive integer (%d to %d), found %s"
+                             % (where, key, low, high, _short(value)))
     return value
+
+
+def _has_control(text):
+    return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
+
+
+def _name(value, key, path, where="", example="llama"):
+    """A name-like string of config.json (dtype, model type, quantization method): None when absent;
+    ModelFileError naming the field unless it is ASCII letters, digits, "_", "." and "-"."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or _has_control(value) or not _NAME_RE.fullmatch(value.strip()):
+        raise ModelFileError(path, "%s%s must be a name like \"%s\" (ASCII letters, digits, \"_\", \".\" or \"-\", at "
+                             "most 128 characters), found %s" % (where, key, example, _short(value)))
+    return value
+
+
+def _scalar_ok(value):
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return abs(value) <= 2 ** 53
+    if isinstance(value, float):
+        return math.isfinite(value) and abs(value) <= 1e15
+    if isinstance(value, str):
+        return len(value) <= 256 and not _has_control(value)
+    return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,29 +370,39 @@ def parse_config(cfg, path="config.json"):
             if value is None:
                 continue
             if not isinstance(value, str):
-                raise ModelFileError(path, "%s must be a string like \"bfloat16\", found %r" % (key, value))
-            torch_dtype = value
+                raise ModelFileError(path, "%s must be a string like \"bfloat16\", found %s" % (key, _short(value)))
+            torch_dtype = _name(value, key, path, "" if source is cfg else "text_config.", "bfloat16")
             break
         if torch_dtype is not None:
             break
 
-    model_type = cfg.get("model_type")
-    if model_type is not None and not isinstance(model_type, str):
-        raise ModelFileError(path, "model_type must be a string, found %r" % (model_type,))
+    model_type = _name(cfg.get("model_type"), "model_type", path)
+    text_model_type = _name(text_cfg.get("model_type"), "model_type", path, "text_config.") if text_cfg else None
     architectures = cfg.get("architectures")
-    if architectures is not None and (not isinstance(architectures, list)
+    if architectures is not None and (not isinstance(architectures, list) or len(architectures) > 64
                                       or not all(isinstance(a, str) for a in architectures)):
-        raise ModelFileError(path, "architectures must be a list of strings, found %r" % (architectures,))
+        raise ModelFileError(path, "architectures must be a list of at most 64 strings, found %s"
+                             % _short(architectures))
+    for pos, arch in enumerate(architectures or []):
+        _name(arch, "architectures[%d]" % pos, path, example="LlamaForCausalLM")
     vocab_size = _positive_int(arch_cfg, "vocab_size", path, where)
     if vocab_size is None and arch_cfg is not cfg:
         vocab_size = _positive_int(cfg, "vocab_size", path)
     intermediate_size = _positive_int(arch_cfg, "intermediate_size", path, where)
-    model_max_length = _positive_int(arch_cfg, "model_max_length", path, where)
+    model_max_length = arch_cfg.get("model_max_length")
+    if _is_int(model_max_length) and model_max_length > CONFIG_INT_LIMITS["model_max_length"][1]:
+        # Tokenizers write int(1e30) for "no limit" (transformers' VERY_LARGE_INTEGER); optional, so ignored.
+        notes.append("%s: %smodel_max_length %s is above %d, which no model reaches; ignored (no limit)"
+                     % (os.path.basename(path), where, _short(model_max_length),
+                        CONFIG_INT_LIMITS["model_max_length"][1]))
+        model_max_length = None
+    else:
+        model_max_length = _positive_int(arch_cfg, "model_max_length", path, where)
     rope_scaling, sliding_window, use_sliding_window = _startup_facts(arch_cfg, path, where)
 
     return {
         "model_type": model_type,
-        "text_model_type": text_cfg.get("model_type") if text_cfg else None,
+        "text_model_type": text_model_type,
         "architectures": architectures,
         "hidden_size": hidden_size,
         "num_hidden_layers": layers,
@@ -235,6 +421,25 @@ def parse_config(cfg, path="config.json"):
     }, notes
 
 
+def _check_rope(rope, label, path, nested):
+    """rope_scaling / rope_parameters values: finite numbers, short strings, booleans, nulls, lists
+    of numbers; with ``nested``, also one level of such objects (Transformers v5 keeps one
+    rope_parameters object per attention type). ModelFileError naming the entry otherwise."""
+    if len(rope) > 256:
+        raise ModelFileError(path, "%s has %d entries; a rope configuration has a few" % (label, len(rope)))
+    for name, value in rope.items():
+        where = "%s.%s" % (label, _clip(name, 64))
+        if nested and isinstance(value, dict) and len(value) <= 256:
+            _check_rope(value, where, path, nested=False)
+            continue
+        ok = _scalar_ok(value) or (isinstance(value, list) and len(value) <= 4096
+                                   and all(_scalar_ok(v) and not isinstance(v, str) for v in value))
+        if len(name) > 64 or _has_control(name) or not ok:
+            label = _clip(repr(where)[1:-1], 100)
+            raise ModelFileError(path, "%s must be a finite number, a string without control characters, true, "
+                                 "false, null or a list of numbers, found %s" % (label, _short(value)))
+
+
 def _startup_facts(arch_cfg, path, where=""):
     """(rope_scaling, sliding_window, use_sliding_window) as config.json declares them, for vLLM's
     startup checks (_vllm_startup): rope_scaling (or Transformers v5's rope_parameters) a dict or
@@ -245,18 +450,20 @@ def _startup_facts(arch_cfg, path, where=""):
     if rope is None and arch_cfg.get("rope_parameters") is not None:
         rope, key = arch_cfg.get("rope_parameters"), "rope_parameters"
     if rope is not None and not isinstance(rope, dict):
-        raise ModelFileError(path, "%s%s must be a JSON object or null, found %r" % (where, key, rope))
+        raise ModelFileError(path, "%s%s must be a JSON object or null, found %s" % (where, key, _short(rope)))
+    _check_rope(rope or {}, "%s%s" % (where, key), path, nested=True)
     window = arch_cfg.get("sliding_window")
-    if isinstance(window, list):
-        if not all(w is None or (_is_int(w) and w >= 0) for w in window):
-            raise ModelFileError(path, "%ssliding_window must be an integer, a list of integers or null, found %r"
-                                 % (where, window))
-    elif window is not None and not (_is_int(window) and window >= 0):
-        raise ModelFileError(path, "%ssliding_window must be an integer, a list of integers or null, found %r"
-                             % (where, window))
+
+    def window_ok(w):
+        return _is_int(w) and 0 <= w <= SLIDING_WINDOW_MAX
+
+    if (isinstance(window, list) and (len(window) > 2 ** 12 or not all(w is None or window_ok(w) for w in window))) \
+            or (window is not None and not isinstance(window, list) and not window_ok(window)):
+        raise ModelFileError(path, "%ssliding_window must be an integer, a list of integers or null (each from 0 to "
+                             "%d; a list has one entry per layer), found %s" % (where, SLIDING_WINDOW_MAX, _short(window)))
     use = arch_cfg.get("use_sliding_window")
     if use is not None and not isinstance(use, bool):
-        raise ModelFileError(path, "%suse_sliding_window must be true, false or null, found %r" % (where, use))
+        raise ModelFileError(path, "%suse_sliding_window must be true, false or null, found %s" % (where, _short(use)))
     return (dict(rope) if rope is not None else None), (list(window) if isinstance(window, list) else window), use
 
 
@@ -296,12 +503,18 @@ def _quant(raw, source, method=None, known=None, fmt=None, bits=None, group=None
     return q
 
 
-def _opt_int(data, key, path, where=""):
+def _opt_int(data, key, path, where="", limits=None):
+    """data[key] as an int within ``limits`` (default: a group size, -1 or 1..2**20; bit widths pass
+    QUANT_BITS_RANGE); None when absent or null; ModelFileError naming the field otherwise."""
     value = data.get(key)
     if value is None:
         return None
-    if not _is_int(value):
-        raise ModelFileError(path, "%s%s must be an integer, found %r" % (where, key, value))
+    if limits is None:
+        limits = QUANT_BITS_RANGE if "bit" in key else QUANT_GROUP_RANGE
+    low, high = limits
+    if not _is_int(value) or not low <= value <= high or (value == 0 and low < 0):
+        expected = "-1 or an integer from 1 to %d" % high if low < 0 else "an integer from %d to %d" % (low, high)
+        raise ModelFileError(path, "%s%s must be %s, found %s" % (where, key, expected, _short(value)))
     return value
 
 
@@ -310,7 +523,7 @@ def _compressed_tensors(qc, source, path):
     groups = qc.get("config_groups") or {}
     if not isinstance(groups, dict):
         raise ModelFileError(path, "quantization_config.config_groups must be an object")
-    top_format = qc.get("format")
+    top_format = _name(qc.get("format"), "format", path, "quantization_config.", "pack-quantized")
     schemes = set()
     bits_seen = set()
     group_sizes = set()
@@ -325,10 +538,10 @@ def _compressed_tensors(qc, source, path):
             raise ModelFileError(path, "%sweights and input_activations must be objects or null" % where)
         w_bits = _opt_int(weights, "num_bits", path, where + "weights.")
         a_bits = _opt_int(acts, "num_bits", path, where + "input_activations.")
-        w_type = weights.get("type") or "int"
-        a_type = acts.get("type") or "int"
+        w_type = _name(weights.get("type"), "type", path, where + "weights.", "int") or "int"
+        a_type = _name(acts.get("type"), "type", path, where + "input_activations.", "float") or "int"
         group_size = _opt_int(weights, "group_size", path, where + "weights.")
-        fmt = group.get("format") or top_format
+        fmt = _name(group.get("format"), "format", path, where, "pack-quantized") or top_format
         if w_bits is not None:
             bits_seen.add(w_bits)
         if group_size is not None:
@@ -359,7 +572,9 @@ def _compressed_tensors(qc, source, path):
 
 def _modelopt(algo, source, path, group=None):
     if not isinstance(algo, str) or not algo:
-        raise ModelFileError(path, "quant_algo must be a non-empty string like \"NVFP4\" or \"FP8\", found %r" % (algo,))
+        raise ModelFileError(path, "quant_algo must be a non-empty string like \"NVFP4\" or \"FP8\", found %s"
+                             % _short(algo))
+    _name(algo, "quant_algo", path, example="NVFP4")
     entry = _MODELOPT_ALGOS.get(algo.upper())
     if entry is None:
         return _quant(algo, source, quant_text(algo), False)
@@ -377,6 +592,7 @@ def quant_from_config_json(qc, path, key="quantization_config"):
         raw = "compressed-tensors"
     if not isinstance(raw, str) or not raw.strip():
         raise ModelFileError(path, "%s has no quant_method string" % key)
+    _name(raw, "quant_method", path, key + ".", "gptq")
     source = "%s:%s" % (os.path.basename(path), key)
     key = quant_text(raw)
     if key == "compressed_tensors":
@@ -385,7 +601,8 @@ def quant_from_config_json(qc, path, key="quantization_config"):
         return _modelopt(qc.get("quant_algo"), source, path, _opt_int(qc, "group_size", path))
     if key == "bitsandbytes":
         if qc.get("load_in_4bit"):
-            return _quant(raw, source, fmt=str(qc.get("bnb_4bit_quant_type") or "nf4"), bits=4)
+            kind = _name(qc.get("bnb_4bit_quant_type"), "bnb_4bit_quant_type", path, "quantization_config.", "nf4")
+            return _quant(raw, source, fmt=kind or "nf4", bits=4)
         if qc.get("load_in_8bit"):
             return _quant(raw, source, fmt="int8", bits=8)
         return _quant(raw, source)
@@ -399,8 +616,11 @@ def quant_from_config_json(qc, path, key="quantization_config"):
         return _quant(raw, source, fmt=("int%d" % bits) if bits else None, bits=bits, group=group)
     if key in ("fp8", "fbgemm_fp8"):
         block = qc.get("weight_block_size")
-        return _quant(raw, source, fmt="fp8", bits=8,
-                      group=block if isinstance(block, list) else None)
+        if block is not None and (not isinstance(block, list) or not 1 <= len(block) <= 4
+                                  or not all(_is_int(b) and 1 <= b <= QUANT_GROUP_RANGE[1] for b in block)):
+            raise ModelFileError(path, "quantization_config.weight_block_size must be a list of 1 to 4 integers from "
+                                 "1 to %d (e.g. [128, 128]) or null, found %s" % (QUANT_GROUP_RANGE[1], _short(block)))
+        return _quant(raw, source, fmt="fp8", bits=8, group=block)
     if key in ("mxfp4", "gpt_oss_mxfp4"):
         return _quant(raw, source, fmt="mxfp4", bits=4, group=32)
     method, known = normalise_method(raw)
@@ -420,7 +640,8 @@ def quant_from_hf_quant_config(data, path):
     if q["quant_method"] == "modelopt_fp4" and group is None:
         q["quant_group_size"] = 16
     kv = quant.get("kv_cache_quant_algo")
-    q["quant_kv_cache_algo"] = kv if isinstance(kv, str) else None
+    q["quant_kv_cache_algo"] = _name(kv, "kv_cache_quant_algo", path, "quantization.", "FP8") \
+        if isinstance(kv, str) else None
     return q
 
 
@@ -434,7 +655,8 @@ def quant_from_quant_config(data, path):
     source = os.path.basename(path)
     raw = data.get("quant_method")
     if raw is not None and (not isinstance(raw, str) or not raw.strip()):
-        raise ModelFileError(path, "quant_method must be a non-empty string, found %r" % (raw,))
+        raise ModelFileError(path, "quant_method must be a non-empty string, found %s" % _short(raw))
+    _name(raw, "quant_method", path, example="nvfp4")
     bits = _opt_int(data, "bits", path)
     if bits is None:
         bits = _opt_int(data, "w_bit", path)
@@ -512,11 +734,11 @@ def read_quantization(model_dir, cfg, config_path):
             found.append(q)
             break
     hf_path = os.path.join(model_dir, "hf_quant_config.json")
-    if os.path.exists(hf_path):
+    if os.path.lexists(hf_path):
         found.append(quant_from_hf_quant_config(read_json_object(hf_path), hf_path))
     for name in ("quant_config.json", "quantize_config.json"):
         qpath = os.path.join(model_dir, name)
-        if os.path.exists(qpath):
+        if os.path.lexists(qpath):
             found.append(quant_from_quant_config(read_json_object(qpath), qpath))
     notes = []
     if not found:
@@ -561,9 +783,9 @@ def read_safetensors_header(path, max_header_bytes=MAX_HEADER_BYTES):
     "metadata"}``. Raises ModelFileError for truncated files, absurd header lengths, malformed JSON
     and offsets that do not match the shapes or the data area (safetensors refuses such files too).
     """
+    handle, file_bytes = open_regular(path)
     try:
-        with open(path, "rb") as handle:
-            file_bytes = os.fstat(handle.fileno()).st_size
+        with handle:
             prefix = handle.read(8)
             if len(prefix) < 8:
                 raise ModelFileError(path, "truncated: %d bytes, shorter than the 8-byte header length" % len(prefix))
@@ -582,9 +804,10 @@ def read_safetensors_header(path, max_header_bytes=MAX_HEADER_BYTES):
     if len(raw) < length:
         raise ModelFileError(path, "truncated: header claims %d bytes, read %d" % (length, len(raw)))
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ModelFileError(path, "header is not valid UTF-8 JSON (%s)" % exc)
+    header = parse_json_text(text, path, "header is not valid UTF-8 JSON")
     if not isinstance(header, dict):
         raise ModelFileError(path, "header must be a JSON object")
     data_bytes = file_bytes - 8 - length
@@ -594,29 +817,40 @@ def read_safetensors_header(path, max_header_bytes=MAX_HEADER_BYTES):
     tensors = {}
     spans = []
     for name, info in header.items():
+        label = _clip(repr(name), 100)
         if not isinstance(info, dict):
-            raise ModelFileError(path, "tensor %r: entry must be an object" % name)
+            raise ModelFileError(path, "tensor %s: entry must be an object" % label)
         dtype = info.get("dtype")
         shape = info.get("shape")
         offsets = info.get("data_offsets")
-        if not isinstance(dtype, str):
-            raise ModelFileError(path, "tensor %r: dtype must be a string" % name)
-        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
-            raise ModelFileError(path, "tensor %r: shape must be a list of non-negative integers" % name)
+        if not isinstance(dtype, str) or not _DTYPE_RE.fullmatch(dtype):
+            raise ModelFileError(path, "tensor %s: dtype must be a safetensors dtype name like \"BF16\" (capital "
+                                 "ASCII letters, digits and _), found %s" % (label, _short(dtype)))
+        if (not isinstance(shape, list) or len(shape) > MAX_TENSOR_DIMS
+                or not all(_is_int(d) and 0 <= d <= MAX_TENSOR_DIM for d in shape)):
+            raise ModelFileError(path, "tensor %s: shape must be a list of at most %d integers from 0 to %d, found %s"
+                                 % (label, MAX_TENSOR_DIMS, MAX_TENSOR_DIM, _short(shape)))
         if (not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets)
                 or offsets[0] < 0 or offsets[1] < offsets[0]):
-            raise ModelFileError(path, "tensor %r: data_offsets must be [begin, end] with 0 <= begin <= end" % name)
+            raise ModelFileError(path, "tensor %s: data_offsets must be [begin, end] with 0 <= begin <= end" % label)
         if offsets[1] > data_bytes:
-            raise ModelFileError(path, "truncated: tensor %r ends at byte %d of the data area but the file "
-                                 "holds only %d data bytes" % (name, offsets[1], data_bytes))
+            raise ModelFileError(path, "truncated: tensor %s ends at byte %s of the data area but the file "
+                                 "holds only %d data bytes" % (label, _short(offsets[1]), data_bytes))
         numel = 1
         for dim in shape:
             numel *= dim
         span = offsets[1] - offsets[0]
         bits = DTYPE_BITS.get(dtype)
         if bits is not None and span != (numel * bits + 7) // 8:
-            raise ModelFileError(path, "tensor %r: data_offsets span %d bytes but shape %r of %s needs %d"
-                                 % (name, span, shape, dtype, (numel * bits + 7) // 8))
+            raise ModelFileError(path, "tensor %s: data_offsets span %d bytes but shape %s of %s needs %s"
+                                 % (label, span, _clip(repr(shape), 100), dtype, _short((numel * bits + 7) // 8)))
+        low, high = UNKNOWN_DTYPE_BITS
+        if bits is None and (numel * low > span * 8 or span * 8 > numel * high):
+            # The file size bounds the span (checked above), and with it the element count.
+            raise ModelFileError(path, "tensor %s: dtype %s is unknown to this probe, and its data_offsets span %d "
+                                 "bytes for shape %s (%s elements): not %d to %d bits per element, so the shape "
+                                 "does not fit the data" % (label, dtype, span, _clip(repr(shape), 100),
+                                                            _short(numel), low, high))
         tensors[name] = {"dtype": dtype, "shape": shape, "numel": numel, "bytes": span,
                          "dtype_known": bits is not None}
         spans.append((offsets[0], offsets[1], name))
@@ -638,19 +872,20 @@ def read_safetensors_header(path, max_header_bytes=MAX_HEADER_BYTES):
 
 def read_index(path):
     """model.safetensors.index.json: (weight_map {tensor: shard file name}, total_size or None)."""
-    data = read_json_object(path)
+    data = read_json_object(path, MAX_INDEX_BYTES)
     weight_map = data.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise ModelFileError(path, "weight_map must be a non-empty object of tensor name -> shard file")
     for tensor, shard in weight_map.items():
         if not isinstance(shard, str) or not shard:
-            raise ModelFileError(path, "weight_map[%r] must be a file name" % tensor)
-        if "/" in shard or "\\" in shard or shard in (".", ".."):
-            raise ModelFileError(path, "weight_map[%r] = %r: shards must be plain file names in the model "
-                                 "directory" % (tensor, shard))
+            raise ModelFileError(path, "weight_map[%s] must be a file name" % _clip(repr(tensor), 100))
+        if "/" in shard or "\\" in shard or shard in (".", "..") or _has_control(shard) or len(shard) > 255:
+            raise ModelFileError(path, "weight_map[%s] = %s: shards must be plain file names in the model "
+                                 "directory (no path separators or control characters, at most 255 characters)"
+                                 % (_clip(repr(tensor), 100), _clip(repr(shard), 100)))
     total = None
     metadata = data.get("metadata")
-    if isinstance(metadata, dict) and _is_int(metadata.get("total_size")):
+    if isinstance(metadata, dict) and _is_int(metadata.get("total_size")) and 0 <= metadata["total_size"] <= 2 ** 62:
         total = metadata["total_size"]
     return weight_map, total
 
@@ -717,18 +952,20 @@ def read_weights(model_dir, max_header_bytes=MAX_HEADER_BYTES):
     present = [n for n in names if n.endswith(".safetensors") and os.path.isfile(os.path.join(model_dir, n))]
     weight_map = None
     total_size = None
-    if os.path.exists(index_path):
+    if os.path.lexists(index_path):
         weight_map, total_size = read_index(index_path)
         shards = sorted(set(weight_map.values()))
         for shard in shards:
-            if not os.path.isfile(os.path.join(model_dir, shard)):
+            if not os.path.lexists(os.path.join(model_dir, shard)):
                 raise ModelFileError(index_path, "names shard %s, which is missing from %s" % (shard, model_dir))
         extra = sorted(set(present) - set(shards))
         if extra:
             notes.append("%s not named in %s; vLLM ignores them, so they are not counted"
                          % (", ".join(extra), INDEX_FILE))
     else:
-        shards = present
+        # vLLM globs *.safetensors: whatever carries the name is loaded, so a FIFO, a device, a
+        # directory or a dangling link among them fails here (open_regular), never hangs.
+        shards = [n for n in names if n.endswith(".safetensors")]
     if not shards:
         others = [n for n in names if n.endswith((".bin", ".pt", ".pth", ".gguf"))]
         hint = (" (found %s, which this probe does not read)" % ", ".join(others[:5])) if others else ""
@@ -767,6 +1004,57 @@ def disk_usage(path):
     except OSError as exc:
         raise ModelFileError(path, "cannot stat the filesystem (%s)" % exc)
     return {"disk_free_bytes": st.f_bavail * st.f_frsize, "disk_total_bytes": st.f_blocks * st.f_frsize}
+
+
+# ---------------------------------------------------------------------------------------------
+# Permissions
+# ---------------------------------------------------------------------------------------------
+
+
+def permission_problems(model_dir, euid=None):
+    """(world_writable, foreign_owned): sorted paths among ``model_dir`` and the regular files in it
+    (symbolic links followed, as vLLM follows them) that any local user may change (mode o+w), and
+    that belong to a user who is neither root nor the user running the probe (``euid``, default
+    the effective uid). Either lets someone else swap the weights or the config (a chat template,
+    a tokenizer, a quantization description) under the server."""
+    euid = os.geteuid() if euid is None else euid
+    writable = []
+    foreign = []
+    try:
+        names = sorted(os.listdir(model_dir))
+    except OSError:
+        names = []
+    for path in [model_dir] + [os.path.join(model_dir, n) for n in names]:
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        if path != model_dir and not stat.S_ISREG(info.st_mode):
+            continue
+        if info.st_mode & stat.S_IWOTH:
+            writable.append(path)
+        if info.st_uid not in (0, euid):
+            foreign.append(path)
+    return writable, foreign
+
+
+def _some(paths, limit=5):
+    shown = ", ".join(paths[:limit])
+    return shown + (" and %d more" % (len(paths) - limit) if len(paths) > limit else "")
+
+
+def permission_notes(model_dir, writable, foreign, euid=None):
+    """Warnings (what is wrong and the command that fixes it) for permission_problems' lists."""
+    euid = os.geteuid() if euid is None else euid
+    notes = []
+    if writable:
+        notes.append("%s world-writable: any local user can replace the weights or the configuration vLLM loads; "
+                     "remove the write permission for others (chmod -R o-w %s)" % (_some(writable), model_dir))
+    if foreign:
+        notes.append("%s owned by another user (neither root nor uid %d, which runs this probe): that user can "
+                     "change the model under the server; give it to root or the deploying user (chown -R root: %s)"
+                     % (_some(foreign), euid, model_dir))
+    return notes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -853,6 +1141,8 @@ def read_model_dir(model_dir, max_header_bytes=MAX_HEADER_BYTES):
         notes.append("no tokenizer.json, tokenizer.model or tokenizer_config.json in %s; vLLM needs a tokenizer "
                      "(or --tokenizer pointing elsewhere)" % model_dir)
     model.update(disk_usage(model_dir))
+    model["world_writable"], model["foreign_owned"] = permission_problems(model_dir)
+    notes.extend(permission_notes(model_dir, model["world_writable"], model["foreign_owned"]))
     model["notes"] = notes
     model["gate"] = gate_input(model)
     return model

@@ -57,8 +57,9 @@ options:
       - Seconds each C(nvidia-smi) call may take before it is stopped (through coreutils C(timeout)).
         A GPU that fell off the bus or a wedged driver can make C(nvidia-smi) hang; the probe then
         reports a C(probe_error) that says so instead of hanging the play.
-      - V(0) disables the limit.
-    type: int
+      - A finite number greater than 0 and at most 3600. V(0), negative values, NaN and infinities
+        fail the task (there is no way to wait without a limit).
+    type: float
     default: 60
     version_added: 0.1.0
 attributes:
@@ -73,6 +74,10 @@ attributes:
     support: full
 notes:
   - Commands run with C(LC_ALL=C). Nothing on the host is changed, in check mode or not.
+  - Values a driver answers that no GPU can have are not reported as facts. A compute capability
+    outside 1.0 to 20.9 (or not ASCII C(major.minor)), negative or absurd memory, a driver version
+    with anything after it (V(550.54.14garbage)), two GPUs with one PCI bus ID or UUID, or more than
+    64 GPUs on one host make that backend's answer a V(probe_error) whose C(msg) names the value.
   - With O(backend=pci), or when no driver answers, free memory, UUID, persistence and ECC modes
     are null, and the model and memory come from the built-in table.
 seealso:
@@ -362,6 +367,7 @@ ansible_facts:
           sample: [{"backend": "nvml", "outcome": "unavailable", "detail": "the Python module pynvml (package nvidia-ml-py) is not installed"}]
 """
 
+import math
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -378,8 +384,11 @@ NVIDIA_SMI_DIRS = ["/usr/bin", "/usr/local/bin", "/usr/local/nvidia/bin"]
 ARGUMENT_SPEC = dict(
     backend=dict(type="str", default="auto", choices=list(BACKENDS)),
     nvidia_smi=dict(type="path"),
-    timeout=dict(type="int", default=60),
+    timeout=dict(type="float", default=60),
 )
+
+# An hour: nvidia-smi answers in seconds; a call that needs longer is hung.
+MAX_TIMEOUT = 3600
 
 
 def find_nvidia_smi(module):
@@ -398,14 +407,14 @@ def run_module(module):
             module.params["nvidia_smi"])
 
     limit = module.params["timeout"]
-    timeout_bin = module.get_bin_path("timeout") if limit and limit > 0 else None
+    timeout_bin = module.get_bin_path("timeout")
 
     def run_command(argv):
         if timeout_bin:
-            argv = [timeout_bin, "--kill-after=5", str(limit)] + list(argv)
+            argv = [timeout_bin, "--kill-after=5", "%g" % limit] + list(argv)
         rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"})
         if timeout_bin and rc in (124, 137):
-            err = ("%s did not answer within %d s (a hung GPU or driver; look for Xid errors in dmesg)%s"
+            err = ("%s did not answer within %g s (a hung GPU or driver; look for Xid errors in dmesg)%s"
                    % (os.path.basename(argv[3]), limit, "\n" + err if err else ""))
         return rc, out, err
 
@@ -418,11 +427,35 @@ def run_module(module):
     if module.params["nvidia_smi"] and nvidia_smi is None:
         facts["probes"].insert(0, {"backend": "nvidia_smi", "outcome": "unavailable",
                                    "detail": "%s is not an executable file" % module.params["nvidia_smi"]})
+    elif nvidia_smi and not timeout_bin and module.params["backend"] in ("auto", "nvidia_smi"):
+        facts["probes"].append({"backend": "nvidia_smi", "outcome": "unbounded",
+                                "detail": "coreutils timeout was not found, so the timeout option could not be "
+                                          "applied to nvidia-smi; install coreutils"})
     return facts, None
 
 
+def check_timeout(value, shown=None):
+    """None when ``value`` (the timeout option, a float) is usable, else the message naming it."""
+    if not math.isfinite(value) or not 0 < value <= MAX_TIMEOUT:
+        return ("timeout must be a number of seconds greater than 0 and at most %d, got %s; a hung GPU makes "
+                "nvidia-smi wait forever, so there is no unlimited setting (the default is 60)"
+                % (MAX_TIMEOUT, value if shown is None else shown))
+    return None
+
+
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    try:
+        module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    except OverflowError:
+        # ansible-core converts a float option with float(), which raises OverflowError (not the
+        # TypeError it reports) for an integer beyond the float range: read it raw to say so.
+        module = AnsibleModule(argument_spec=dict(ARGUMENT_SPEC, timeout=dict(type="raw")), supports_check_mode=True)
+        raw = module.params["timeout"]
+        module.fail_json(msg=check_timeout(float("inf"), "an integer of %d digits" % len(str(abs(raw)))
+                                           if isinstance(raw, int) else repr(raw)[:80]))
+    problem = check_timeout(module.params["timeout"])
+    if problem is not None:
+        module.fail_json(msg=problem)
     facts, error = run_module(module)
     if error is not None:
         module.fail_json(msg=error)

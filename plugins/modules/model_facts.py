@@ -24,8 +24,13 @@ description:
     normalised to a vLLM C(--quantization) method name.
   - Only the JSON header of each C(*.safetensors) file is read (and C(model.safetensors.index.json)
     when present), never the tensor data, to compute the exact weight bytes and parameter count.
-  - Also reports the free disk space of the filesystem holding the model.
-  - A missing or malformed file fails the task with a message naming the file and what is wrong.
+  - Also reports the free disk space of the filesystem holding the model, and warns when the directory
+    or a file in it is world-writable or owned by a user other than root and the one running the module.
+  - A missing or malformed file fails the task with a message naming the file and what is wrong. So does
+    a file that is not a regular file (a FIFO, a device, a directory; symbolic links are followed only to
+    regular files), a JSON file above 16 MB (64 MB for C(model.safetensors.index.json)), JSON nested
+    deeper than Python's reader allows, and a C(config.json) number outside the range real models use
+    (for example C(num_hidden_layers) from 1 to 4096); the message names the field and the range.
 author:
   - labfleet maintainers (@labfleet)
 options:
@@ -38,6 +43,7 @@ options:
     description:
       - Free space (in GB, 10^9 bytes) wanted on the model's filesystem for temporary files, logs
         and outputs. Less gives a warning, not a failure.
+      - A finite number from 0 to 1000000 (1 PB); NaN, infinities and negative values fail the task.
     type: float
     default: 100
 attributes:
@@ -248,6 +254,20 @@ model:
     has_generation_config:
       description: Whether C(generation_config.json) is present.
       type: bool
+    world_writable:
+      description:
+        - The model directory and the regular files in it that any local user may write (mode o+w);
+          empty when none. Each gives a warning that says to run C(chmod -R o-w) on the directory.
+      type: list
+      elements: str
+      sample: ["/data/model", "/data/model/config.json"]
+    foreign_owned:
+      description:
+        - The model directory and the regular files in it owned by a user who is neither root nor the
+          user running the module; empty when none. Each gives a warning.
+      type: list
+      elements: str
+      sample: []
     notes:
       description: Observations that are not failures (also issued as warnings).
       type: list
@@ -262,6 +282,8 @@ model:
       type: dict
 """
 
+import math
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._model import (
@@ -270,18 +292,36 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._model import (
 )
 
 
+# 1 PB: more is no disk a model host has (a typo or a unit mix-up, bytes for GB).
+MAX_MIN_FREE_DISK_GB = 1000000
+
+
+ARGUMENT_SPEC = dict(
+    path=dict(type="path", required=True),
+    min_free_disk_gb=dict(type="float", default=100),
+)
+
+
+def _bad_minimum(value):
+    return ("min_free_disk_gb must be a finite number of GB from 0 to %d, got %s; set it to the free space the "
+            "host needs, e.g. 100" % (MAX_MIN_FREE_DISK_GB, value))
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path", required=True),
-            min_free_disk_gb=dict(type="float", default=100),
-        ),
-        supports_check_mode=True,
-    )
+    try:
+        module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    except OverflowError:
+        # ansible-core converts a float option with float(), which raises OverflowError (not the
+        # TypeError it reports) for an integer beyond the float range: read it raw to say so.
+        module = AnsibleModule(argument_spec=dict(ARGUMENT_SPEC, min_free_disk_gb=dict(type="raw")),
+                               supports_check_mode=True)
+        raw = module.params["min_free_disk_gb"]
+        module.fail_json(msg=_bad_minimum("an integer of %d digits" % len(str(abs(raw))) if isinstance(raw, int)
+                                          else repr(raw)[:80]))
     path = module.params["path"]
     minimum = module.params["min_free_disk_gb"]
-    if minimum < 0:
-        module.fail_json(msg="min_free_disk_gb must be 0 or more, got %s" % minimum)
+    if not math.isfinite(minimum) or not 0 <= minimum <= MAX_MIN_FREE_DISK_GB:
+        module.fail_json(msg=_bad_minimum(minimum))
     try:
         model = read_model_dir(path)
     except ModelFileError as exc:

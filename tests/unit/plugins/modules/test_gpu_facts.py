@@ -139,12 +139,33 @@ def test_main_hung_nvidia_smi_is_a_probe_error_that_says_so(host):
     assert "did not answer within 7 s" in nvidia["msg"]
 
 
-def test_main_timeout_zero_runs_unbounded(host):
+@pytest.mark.parametrize("value", [0, -1, -0.5, float("nan"), float("inf"), float("-inf"), 3601, "1e400", 10 ** 400])
+def test_main_timeout_without_a_finite_positive_bound_is_refused(host, value):
+    """A negative timeout used to mean "no limit"; 0, NaN and infinities are refused too (issue 13)."""
     host["bin"] = "/usr/bin/nvidia-smi"
     host["timeout_bin"] = "/usr/bin/timeout"
     host["answers"] = v100_answers()
-    run_main({"timeout": 0})
-    assert host["calls"][0][0] == "/usr/bin/nvidia-smi"
+    result = run_main({"timeout": value})
+    assert result["failed"] is True
+    assert result["msg"].startswith("timeout must be a number of seconds greater than 0 and at most 3600")
+    assert host["calls"] == []
+
+
+def test_main_fractional_timeout_reaches_coreutils(host):
+    host["bin"] = "/usr/bin/nvidia-smi"
+    host["timeout_bin"] = "/usr/bin/timeout"
+    host["answers"] = v100_answers()
+    result = run_main({"timeout": 2.5})
+    assert result["ansible_facts"]["nvidia"]["state"] == "ok"
+    assert all(call[:3] == ["/usr/bin/timeout", "--kill-after=5", "2.5"] for call in host["calls"])
+
+
+def test_main_without_coreutils_timeout_says_the_calls_are_unbounded(host):
+    host["bin"] = "/usr/bin/nvidia-smi"
+    host["answers"] = v100_answers()
+    nvidia = run_main({})["ansible_facts"]["nvidia"]
+    assert nvidia["state"] == "ok"
+    assert nvidia["probes"][-1]["outcome"] == "unbounded" and "coreutils" in nvidia["probes"][-1]["detail"]
 
 
 def test_main_check_mode_reads_the_same(host):

@@ -54,7 +54,7 @@ def test_reference_layout(tmp_path, capsys):
 
 def test_low_disk_is_a_warning_not_a_failure(tmp_path, capsys):
     B.model_dir(str(tmp_path), "plain", "BF16")
-    result = run({"path": str(tmp_path), "min_free_disk_gb": 1e12}, capsys)
+    result = run({"path": str(tmp_path), "min_free_disk_gb": 1e6}, capsys)
     assert not result.get("failed")
     assert result["model"]["disk_free_ok"] is False
     assert any("GB free on the filesystem holding" in w for w in warnings_of(result))
