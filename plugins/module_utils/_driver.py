@@ -173,9 +173,14 @@ class DriverInputError(ValueError):
 # Versions
 # ---------------------------------------------------------------------------------------------
 
-_BRANCH_RE = re.compile(r"^\s*[rR]?(\d{3})(?:\.\d+){0,2}\s*$")
-_VERSION_RE = re.compile(r"^\d{3}\.\d{1,3}(?:\.\d{1,3})?$")
-_UPSTREAM_RE = re.compile(r"^(?:\d+:)?(\d{3}\.\d{1,3}(?:\.\d{1,3})?)(?:[-~+].*)?$")
+# ASCII digits only (re.ASCII): int() would read other scripts' digits ("\uff15\uff15\uff10" as 550); \Z, not $,
+# which also matches before a trailing newline.
+_BRANCH_RE = re.compile(r"^\s*[rR]?(\d{3})(?:\.\d{1,9}){0,2}\s*\Z", re.ASCII)
+_VERSION_RE = re.compile(r"^\d{3}\.\d{1,3}(?:\.\d{1,3})?\Z", re.ASCII)
+_UPSTREAM_RE = re.compile(r"^(?:\d{1,9}:)?(\d{3}\.\d{1,3}(?:\.\d{1,3})?)(?:[-~+][^\x00-\x1f\x7f]*)?\Z", re.ASCII)
+# A kernel release as `uname -r` prints it (ansible_kernel): it becomes a package name.
+_KERNEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}\Z")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def parse_branch(value):
@@ -240,7 +245,7 @@ def version_matches(installed, branch, exact):
 
 def distro_key(distribution, major_version, version=None):
     """"debian13", "ubuntu2404", "rhel9" ... from Ansible's distribution facts; raise if unsupported."""
-    dist = (distribution or "").strip()
+    dist = distribution.strip() if isinstance(distribution, str) else ""
     major = str(major_version or "").strip()
     key = None
     if dist == "Debian" and major in ("12", "13"):
@@ -373,6 +378,9 @@ def header_packages(key, kernel):
     """Kernel headers for DKMS builds against the running kernel."""
     if not kernel:
         return []
+    if not isinstance(kernel, str) or not _KERNEL_RE.match(kernel):
+        raise DriverInputError("kernel: expected a kernel release like '6.1.0-28-amd64' (ansible_kernel), got %r"
+                               % (kernel,))
     if package_family(key) == "el":
         return ["kernel-devel-%s" % kernel]
     return ["linux-headers-%s" % kernel]
@@ -391,6 +399,9 @@ def cuda_repo(key, architecture, base_url, key_url="", fingerprint=""):
     base = str(base_url or "").strip().rstrip("/")
     if not base:
         raise DriverInputError("nvidia_driver_cuda_repo_base_url is empty")
+    for name, value in (("nvidia_driver_cuda_repo_base_url", base), ("nvidia_driver_cuda_repo_key_url", key_url)):
+        if value and (_CONTROL_RE.search(str(value)) or " " in str(value).strip()):
+            raise DriverInputError("%s: expected one URL without spaces or control characters, got %r" % (name, value))
     url = "%s/%s/%s/" % (base, DISTROS[key]["repo_dir"], arch)
     known = cuda_repo_key(key)
     expected = normalize_fingerprint(fingerprint) if fingerprint else known["fingerprint"]
@@ -463,7 +474,7 @@ def installed_driver_version(installed):
     """The driver version the installed packages carry, or None."""
     for anchor in VERSION_ANCHORS:
         for name in sorted(installed):
-            if re.match("^%s$" % anchor, name):
+            if re.match(r"^%s\Z" % anchor, name, re.ASCII):
                 version = upstream_version(installed[name]["version"])
                 if version:
                     return version
@@ -697,6 +708,9 @@ def _bool(value):
 
 
 def _installed(request):
+    for key in ("rpm_query", "versionlock_list", "dpkg_query"):
+        if request.get(key) is not None and not isinstance(request.get(key), str):
+            raise DriverInputError("%s: expected the command's output as text, got %s" % (key, type(request[key]).__name__))
     if _opt_str(request.get("rpm_query")) is not None:
         return parse_rpm_query(request.get("rpm_query"), request.get("versionlock_list") or "")
     return parse_dpkg_query(request.get("dpkg_query") or "")

@@ -44,6 +44,8 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
     driver_branch_eol,
     evaluate_require_cuda,
     format_cc,
+    has_control_chars,
+    is_ascii_digits,
     format_require_alternative,
     max_cuda_for_branch,
     merge_policy,
@@ -158,7 +160,8 @@ def _to_number(value, where, minimum=0.0, maximum=1e18, exclusive_min=False):
         result = None
     elif isinstance(value, (int, float)):
         result = float(value) if abs(value) < 1e300 else None
-    elif isinstance(value, str) and re.match(r"^\s*\d{1,19}(\.\d{0,19})?\s*$|^\s*\.\d{1,19}\s*$", value):
+    elif isinstance(value, str) and re.match(r"^\s*(?:[0-9]{1,19}(?:\.[0-9]{0,19})?|\.[0-9]{1,19})\s*\Z", value,
+                                             re.ASCII):
         result = float(value)
     if result is None or not math.isfinite(result):
         raise GateInputError("%s: expected a number, got %s" % (where, _short(value)))
@@ -189,6 +192,39 @@ def _to_mapping(value, where, expected):
     for key in value:
         if not isinstance(key, str):
             raise GateInputError("%s: keys must be strings, got %s" % (where, _short(key)))
+    return value
+
+
+# Plain ints beyond this are no vLLM argument (its largest are byte counts far below 2**63).
+_MAX_ARG_INT = 2 ** 63
+
+
+def check_plain_value(value, where, depth=0):
+    """Raise GateInputError unless ``value`` (a value passed through to effective_vllm, an argv or a
+    unit; lists and mappings are walked) is free of control characters (newline, carriage return,
+    NUL, any C0/C1 character or DEL) in its strings and mapping keys, of NaN and infinities, and of
+    integers beyond 2**63. The message names ``where`` (``vllm.max_model_len``)."""
+    if depth > 32:
+        raise GateInputError("%s: nested more than 32 levels deep; expected a scalar, list or mapping" % where)
+    if isinstance(value, str):
+        if has_control_chars(value):
+            raise GateInputError("%s: expected a one-line value without control characters (newline, carriage "
+                                 "return, NUL, tab ...), got %s" % (where, _short(value)))
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise GateInputError("%s: expected a finite number, got %s" % (where, _short(value)))
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) >= _MAX_ARG_INT:
+            raise GateInputError("%s: expected an integer below 2**63, got one of %d bits"
+                                 % (where, value.bit_length()))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and has_control_chars(key):
+                raise GateInputError("%s: expected keys without control characters, got %s" % (where, _short(key)))
+            check_plain_value(item, "%s.%s" % (where, key), depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            check_plain_value(item, "%s[%d]" % (where, index), depth + 1)
     return value
 
 
@@ -238,10 +274,10 @@ def _cuda_driver_tuple(value, where):
             return cuda_version_from_nvml(value)
         raise GateInputError("%s: expected a CUDA version like '12.4' or NVML's 12040, got %d" % (where, value))
     text = _to_str(value, where)
-    if text.strip().isdigit() and 1000 <= int(text.strip()) < 100000:
+    if is_ascii_digits(text.strip()) and len(text.strip()) <= 6 and 1000 <= int(text.strip()) < 100000:
         return cuda_version_from_nvml(int(text.strip()))
     parsed = parse_version(text)
-    if parsed is None or not re.match(r"^\s*\d+\.\d+(\.\d+)?\s*$", text):
+    if parsed is None or not re.match(r"^\s*[0-9]{1,9}\.[0-9]{1,9}(\.[0-9]{1,9})?\s*\Z", text, re.ASCII):
         raise GateInputError("%s: expected a CUDA version like '12.4', got %s" % (where, _short(value)))
     return parsed[:2]
 
@@ -295,6 +331,8 @@ def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm
             raise GateInputError("%s: expected a mapping with name, compute_capability and "
                                  "memory_total_mib, got %s" % (where, _tname(gpu)))
         name = _to_str(gpu.get("name"), where + ".name") or "GPU %d" % index
+        if has_control_chars(name.strip()):
+            raise GateInputError("%s.name: expected a one-line GPU name, got %s" % (where, _short(name)))
         raw_cc = gpu.get("compute_capability")
         cc = None
         if raw_cc is not None and raw_cc != "":
@@ -337,12 +375,16 @@ def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm
     img["cuda"] = None
     if cuda_text not in (None, ""):
         parsed = parse_version(cuda_text)
-        if parsed is None or not re.match(r"^\s*[vV]?\d+\.\d+(\.\d+)*\s*$", cuda_text):
+        if parsed is None or not re.match(r"^\s*[vV]?[0-9]{1,9}\.[0-9]{1,9}(\.[0-9]{1,9})*\s*\Z", cuda_text,
+                                          re.ASCII):
             raise GateInputError("image.cuda_version: expected a CUDA version like '12.4.1', got %s"
                                  % _short(image.get("cuda_version")))
         img["cuda"] = parsed
     require = _to_str(image.get("require_cuda"), "image.require_cuda", allow_numbers=False)
     img["require_text"] = require.strip() if require else None
+    if img["require_text"] and has_control_chars(img["require_text"]):
+        raise GateInputError("image.require_cuda: expected one line like 'cuda>=12.4 brand=tesla,driver>=470', "
+                             "got %s" % _short(require))
     img["require"] = None
     if img["require_text"]:
         try:
@@ -361,6 +403,9 @@ def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm
                            "method names like 'gptq'")
     img["quant_methods"] = [m for m in (canonical_quant(x) for x in methods) if m] if methods is not None else None
     version_text = _to_str(image.get("vllm_version"), "image.vllm_version")
+    if version_text and has_control_chars(version_text.strip()):
+        raise GateInputError("image.vllm_version: expected a one-line version like '0.8.5', got %s"
+                             % _short(version_text))
     img["vllm_version_text"] = version_text.strip() if version_text else None
     img["vllm_version"] = parse_version(version_text) if version_text else None
     if img["vllm_version"] is not None and len(img["vllm_version"]) < 2:
@@ -427,6 +472,9 @@ def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm
     args["kv_cache_dtype"] = kv_dtype
     args["cpu_offload_gb"] = _to_number(vllm.get("cpu_offload_gb"), "vllm.cpu_offload_gb", minimum=0.0,
                                         maximum=1e6)
+    # The other keys pass through to effective_vllm (and a unit's argv): one-line, finite values.
+    for key, value in vllm.items():
+        check_plain_value({key: value}, "vllm")
     out["vllm"] = args
     out["vllm_raw"] = dict(vllm)
 
@@ -507,7 +555,7 @@ def _maybe_int(value):
         return None
     if isinstance(value, int):
         return value if value > 0 else None
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and is_ascii_digits(value.strip()) and len(value.strip()) <= 19:
         return int(value.strip()) or None
     return None
 
@@ -531,7 +579,7 @@ def _branches_with_cuda(policy, cuda):
     out = []
     for key, entry in policy["driver_branches"].items():
         native = parse_version(entry.get("max_cuda_native"))
-        if str(key).isdigit() and native is not None and compare_versions(native, cuda) >= 0:
+        if is_ascii_digits(str(key)) and native is not None and compare_versions(native, cuda) >= 0:
             out.append(int(key))
     return sorted(out)
 
@@ -584,7 +632,7 @@ def _driver_requirements(policy, arch_keys, today):
         module = "either" if archs else None
     recommended = None
     allowed = policy["settings"].get("allowed_driver_branches")
-    for key in sorted((int(k) for k in policy["driver_branches"] if str(k).isdigit()), reverse=True):
+    for key in sorted((int(k) for k in policy["driver_branches"] if is_ascii_digits(str(k))), reverse=True):
         if max_branch is not None and key > max_branch:
             continue
         if min_branch is not None and key < min_branch:

@@ -16,12 +16,16 @@ __metaclass__ = type
 import json
 import os
 import re
+import stat
 
 # Instruction-set extensions worth reporting: prebuilt inference images are compiled for some of
 # them, and a host without them dies with "Illegal instruction" while loading.
 CPU_FLAGS_OF_INTEREST = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "amx_tile")
 
-_VERSION_RE = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
+# ASCII digits ([0-9]: \d would take other scripts' digits, which int() then reads), each part at most
+# 9 digits (int() refuses over 4300), and never cut out of a longer number: the lookarounds (\d of
+# any script) keep "1.1" out of "\uff12\uff17.1.1" and "1.5" out of "21.5".
+_VERSION_RE = re.compile(r"(?<![\d.])([0-9]{1,9}\.[0-9]{1,9}(?:\.[0-9]{1,9})?)(?:\.[0-9]{1,9})*(?!\d)")
 
 # The NVIDIA Container Toolkit's configuration (hook and runtime read the same file).
 TOOLKIT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
@@ -86,7 +90,10 @@ def disk_free(path, statvfs=os.statvfs, exists=os.path.exists):
 
 
 def first_version(text):
-    match = _VERSION_RE.search(text or "")
+    """The first "X.Y" or "X.Y.Z" of ASCII digits in ``text``, or None (also for a non-string)."""
+    if not isinstance(text, str):
+        return None
+    match = _VERSION_RE.search(text)
     return match.group(1) if match else None
 
 
@@ -121,7 +128,7 @@ def container_stack(run_command, which, read_text=None, listdir=None, toolkit_co
         rc, out, _err = run_command([cli, "--version"])
         if rc == 0:
             # "cli-version: 1.17.8" or "version: 1.14.3" on older releases
-            match = re.search(r"version:\s*(\d+\.\d+\.\d+)", out or "")
+            match = re.search(r"version:\s*([0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9})(?![0-9])", out or "", re.ASCII)
             result["nvidia_container_cli_version"] = match.group(1) if match else first_version(out)
     ctk = which("nvidia-ctk")
     if ctk:
@@ -230,7 +237,7 @@ def _toml_value(text):
         return inner.replace('\\"', '"').replace("\\\\", "\\") if text[0] == '"' else inner
     if text in ("true", "false"):
         return text == "true"
-    if re.match(r"^[+-]?\d+$", text):
+    if re.match(r"^[+-]?[0-9]{1,18}\Z", text, re.ASCII):
         return int(text)
     if text.startswith("[") and text.endswith("]"):
         items = re.findall(r'"((?:[^"\\]|\\.)*)"|\'([^\']*)\'', text)
@@ -414,9 +421,24 @@ def cdi_specs(dirs, listdir, read_text):
     return found
 
 
-def _read_text(path):
+# The largest text file read (/proc/cpuinfo of a 1000-CPU host is about 1.5 MB).
+MAX_TEXT_CHARS = 16 * 1024 * 1024
+
+
+def read_regular_text(path, limit=MAX_TEXT_CHARS):
+    """A regular file's text, at most ``limit`` characters. A FIFO, a device (/dev/zero), a socket or
+    a longer file raises IOError instead of blocking or filling memory; /proc files are regular."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise IOError("%s is not a regular file" % path)
     with open(path, encoding="utf-8", errors="replace") as handle:
-        return handle.read()
+        text = handle.read(limit + 1)
+    if len(text) > limit:
+        raise IOError("%s is longer than %d characters" % (path, limit))
+    return text
+
+
+def _read_text(path):
+    return read_regular_text(path)
 
 
 _CDI_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*=\S+$")

@@ -20,6 +20,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import datetime
+import math
 import re
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._gate import (
@@ -30,11 +31,14 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._gate import (
     _to_bool,
     _to_mapping,
     _to_str,
+    check_plain_value,
     evaluate,
 )
 from ansible_collections.labfleet.vllm.plugins.module_utils._host import require_cuda_enforcement
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
     arch_for_cc,
+    has_control_chars,
+    is_ascii_digits,
     merge_policy,
     parse_cc,
     parse_driver_version,
@@ -108,8 +112,14 @@ RESERVED_ARGS = {
 # The order the unit lists the common flags in; other keys follow alphabetically.
 FLAG_ORDER = ("tensor_parallel_size", "pipeline_parallel_size", "dtype", "quantization", "kv_cache_dtype",
               "gpu_memory_utilization", "max_model_len", "max_num_seqs", "cpu_offload_gb")
-_ARG_KEY_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-_INSTANCE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ARG_KEY_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
+_INSTANCE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+# Instance keys this module validates itself; the others pass through to the unit (checked for
+# control characters and non-finite numbers here, for the rest by the vllm_server role).
+_INSTANCE_OWN_KEYS = ("name", "gpus", "vllm_args", "enforce_eager", "extra_args")
+# The host facts shown as versions in the runtime step.
+_HOST_VERSION_KEYS = ("docker_server_version", "docker_client_version", "nvidia_ctk_version",
+                      "nvidia_container_cli_version", "toolkit_version")
 _DEFAULT_INSTANCE = {"name": "vllm", "gpus": "all"}
 
 
@@ -135,8 +145,9 @@ def _str_list(value, where):
     out = []
     for index, item in enumerate(value):
         text = _to_str(item, "%s[%d]" % (where, index))
-        if text is None or "\n" in text or "\r" in text:
-            raise GateInputError("%s[%d]: expected a one-line string, got %s" % (where, index, _short(item)))
+        if text is None or has_control_chars(text) or (isinstance(item, float) and not math.isfinite(item)):
+            raise GateInputError("%s[%d]: expected a one-line string without control characters (newline, "
+                                 "carriage return, NUL, tab ...), got %s" % (where, index, _short(item)))
         out.append(text)
     return out
 
@@ -151,8 +162,8 @@ def _gpu_selection(value, where):
             text = text[len("device="):]
         if text in ("all", ""):
             return "all"
-        parts = [p for p in re.split(r"[\s,]+", text) if p]
-        if not parts or not all(p.isdigit() and len(p) <= 4 for p in parts):
+        parts = [p for p in re.split(r"[\s,]+", text, flags=re.ASCII) if p]
+        if not parts or not all(is_ascii_digits(p) and len(p) <= 4 for p in parts):
             raise GateInputError("%s: expected 'all', a GPU index or a list of indices like [0, 1], got %s"
                                  % (where, _short(value)))
         return sorted(set(int(p) for p in parts))
@@ -164,7 +175,8 @@ def _gpu_selection(value, where):
         raise GateInputError("%s: expected 'all' or a non-empty list of GPU indices, got %s" % (where, _short(value)))
     out = []
     for index, item in enumerate(value):
-        if isinstance(item, bool) or not (isinstance(item, int) or (isinstance(item, str) and item.strip().isdigit())):
+        if isinstance(item, bool) or not (isinstance(item, int) or (isinstance(item, str) and is_ascii_digits(item.strip())
+                                                                    and len(item.strip()) <= 4)):
             raise GateInputError("%s[%d]: expected a GPU index (integer >= 0), got %s" % (where, index, _short(item)))
         number = int(item)
         if number < 0 or number > 4095:
@@ -175,8 +187,15 @@ def _gpu_selection(value, where):
 
 def _check_args(args, where, strict=True):
     """vLLM arguments: string keys like max_model_len, one-line scalar values; no reserved key.
-    Not ``strict`` (deploy_gate's older ``vllm`` option): any keys, passed through as documented."""
+    Not ``strict`` (deploy_gate's older ``vllm`` option): any keys, passed through as documented.
+    Both: no control character in a key or a string value, no NaN or infinity, no integer beyond
+    2**63 (each reaches effective_vllm and the unit's argv)."""
     args = _to_mapping(args, where, "vLLM argument names with underscores, e.g. max_model_len")
+    for key, value in args.items():
+        if has_control_chars(key) or not key.strip():
+            raise GateInputError("%s: argument names are one line without control characters, like max_model_len, "
+                                 "got %s" % (where, _short(key)))
+        check_plain_value(value, "%s.%s" % (where, key))
     for key, value in args.items() if strict else ():
         if not _ARG_KEY_RE.match(key):
             raise GateInputError("%s: argument names are lower case with underscores (max_model_len), got %s"
@@ -186,8 +205,6 @@ def _check_args(args, where, strict=True):
         if isinstance(value, (dict, list, tuple)):
             raise GateInputError("%s.%s: expected a scalar value (string, number or bool), got %s; pass "
                                  "structured values as extra_args" % (where, key, type(value).__name__))
-        if isinstance(value, str) and ("\n" in value or "\r" in value or "\x00" in value):
-            raise GateInputError("%s.%s: expected a one-line value, got %s" % (where, key, _short(value)))
     return dict(args)
 
 
@@ -210,7 +227,7 @@ def _serving_request(request, model_path):
     raw = _to_str(request.get("fp16_model_path"), "request.fp16_model_path", allow_numbers=False)
     text = raw.strip() if raw and raw.strip() else None
     if text is not None:
-        if "\n" in raw or "\r" in raw or "\x00" in raw or not text.startswith("/"):
+        if has_control_chars(raw) or not text.startswith("/"):
             raise GateInputError("request.fp16_model_path: expected an absolute one-line path (e.g. "
                                  "/srv/models/model-fp16), got %s" % _short(text))
         text = text.rstrip("/") or "/"
@@ -236,10 +253,11 @@ def normalize_request(request, vllm=None):
     out = {}
     for key in ("image", "image_digest", "model_path", "served_model_name"):
         text = _to_str(request.get(key), "request.%s" % key, allow_numbers=False)
-        if text is not None and ("\n" in text or "\r" in text):
-            raise GateInputError("request.%s: expected a one-line string, got %s" % (key, _short(text)))
+        if text is not None and has_control_chars(text):
+            raise GateInputError("request.%s: expected a one-line string without control characters (newline, "
+                                 "carriage return, NUL, tab ...), got %s" % (key, _short(text)))
         out[key] = text.strip() if text and text.strip() else None
-    if out["image_digest"] and not re.match(r"^sha256:[0-9a-f]{64}$", out["image_digest"]):
+    if out["image_digest"] and not re.match(r"^sha256:[0-9a-f]{64}\Z", out["image_digest"]):
         raise GateInputError("request.image_digest: expected sha256:<64 lower-case hex digits>, got %s"
                              % _short(out["image_digest"]))
     out["serving_path"], out["fp16_model_path"] = _serving_request(request, out["model_path"])
@@ -297,6 +315,10 @@ def normalize_request(request, vllm=None):
         if name in names:
             raise GateInputError("%s.name: %s is used twice; instance names must be unique" % (where, name))
         names.add(name)
+        for key, value in item.items():
+            if key not in _INSTANCE_OWN_KEYS:
+                # bind_address, port, served_model_name, env ...: they reach the unit as they are.
+                check_plain_value({key: value}, where)
         entry = dict(item)
         entry["name"] = name
         entry["gpus"] = _gpu_selection(item.get("gpus"), where + ".gpus")
@@ -375,7 +397,7 @@ def _indices(gpus):
     out = []
     for position, gpu in enumerate(gpus):
         index = gpu.get("index") if isinstance(gpu, dict) else None
-        if isinstance(index, str) and index.strip().isdigit():
+        if isinstance(index, str) and is_ascii_digits(index.strip()) and len(index.strip()) <= 4:
             index = int(index)
         out.append(index if isinstance(index, int) and not isinstance(index, bool) else position)
     return out
@@ -452,6 +474,11 @@ def _add_unique(target, items):
             target.append(item)
 
 
+def _is_version_text(text):
+    """A version as the host facts report it: printable ASCII without spaces ("27.1.1", "1.18.0-rc.1")."""
+    return re.match(r"^[0-9A-Za-z.+~_-]{0,64}\Z", text) is not None
+
+
 def _version_of(value):
     if value in (None, ""):
         return None
@@ -480,6 +507,11 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
     legacy = request is None
     req = normalize_request({"driver": {"manage": False}} if legacy else request, vllm)
     host = _to_mapping(host, "host", "docker_server_version, nvidia_ctk_version, ...")
+    for key in _HOST_VERSION_KEYS:
+        value = host.get(key)
+        if value is not None and not (isinstance(value, str) and _is_version_text(value)):
+            raise GateInputError("host.%s: expected a version like '1.17.8' (host_facts reports it), or null, got %s"
+                                 % (key, _short(value)))
     image = _to_mapping(image, "image", "cuda_version, require_cuda, arch_list, quantization_methods, vllm_version")
     model = _to_mapping(model, "model", "weight_bytes, num_hidden_layers, ...")
     fp16_copy = _to_mapping(fp16_copy, "fp16_copy", "complete, disk_free_bytes")
@@ -584,9 +616,9 @@ def is_nvfp4(policy, model):
 def _positive_int(value):
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)) and value > 0:
+    if isinstance(value, (int, float)) and value > 0 and (isinstance(value, int) or math.isfinite(value)):
         return int(value)
-    if isinstance(value, str) and value.strip().isdigit() and int(value) > 0:
+    if isinstance(value, str) and is_ascii_digits(value.strip()) and len(value.strip()) <= 19 and int(value) > 0:
         return int(value)
     return None
 

@@ -740,9 +740,29 @@ class PolicyError(ValueError):
 # ---------------------------------------------------------------------------------------------
 # Version helpers
 # ---------------------------------------------------------------------------------------------
-_VERSION_RE = re.compile(r"^\s*[vVrR]?(\d+(?:\.\d+)*)")
-_STRICT_DRIVER_RE = re.compile(r"^[rR]?\d+(?:\.\d+){0,3}$")
-_CC_RE = re.compile(r"^(\d+)\.(\d+)$")
+# Every number the policy and the gate read is ASCII: re.ASCII keeps \d and \s from matching other
+# scripts' digits and spaces ("\uff15\uff15\uff10" is no driver branch, although int() reads it), components are
+# bounded (int() refuses strings of more than 4300 digits) and \Z ends a match at the very end
+# ("$" also matches before a trailing newline).
+_VERSION_RE = re.compile(r"^\s*[vVrR]?([0-9]{1,12}(?:\.[0-9]{1,12})*)(?![0-9])", re.ASCII)
+_STRICT_DRIVER_RE = re.compile(r"^[rR]?[0-9]{1,9}(?:\.[0-9]{1,9}){0,3}\Z", re.ASCII)
+_CC_RE = re.compile(r"^([0-9]{1,2})\.([0-9])\Z", re.ASCII)
+_DIGITS_RE = re.compile(r"^[0-9]+\Z", re.ASCII)
+# Control characters: C0 (U+0000-U+001F), DEL (U+007F), C1 (U+0080-U+009F), and the Unicode line and
+# paragraph separators (U+2028, U+2029), which Python's str.splitlines() and JavaScript/YAML readers
+# treat as line breaks. None of them belongs in a value that reaches an argv, a unit or an env file.
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def is_ascii_digits(text):
+    """Whether ``text`` is a non-empty string of the ASCII digits 0-9 only (str.isdigit() also
+    accepts other scripts' digits, superscripts and the like)."""
+    return isinstance(text, str) and bool(_DIGITS_RE.match(text))
+
+
+def has_control_chars(text):
+    """Whether a string holds a control character (C0, DEL, C1, U+2028 or U+2029)."""
+    return isinstance(text, str) and bool(_CONTROL_RE.search(text))
 
 
 def parse_version(text):
@@ -753,7 +773,7 @@ def parse_version(text):
     if isinstance(text, bool) or text is None:
         return None
     if isinstance(text, int):
-        return (text,)
+        return (text,) if 0 <= text < 10 ** 12 else None
     if isinstance(text, float):
         text = repr(text)
     if not isinstance(text, str):
@@ -785,7 +805,7 @@ def parse_cc(value):
         return None
     if isinstance(value, (list, tuple)) and len(value) == 2 and all(
             isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return (value[0], value[1]) if value[0] >= 0 and value[1] >= 0 else None
+        return (value[0], value[1]) if 0 <= value[0] < 100 and 0 <= value[1] < 10 else None
     if isinstance(value, int):
         return (value, 0) if 0 <= value < 100 else None
     if isinstance(value, float):
@@ -795,10 +815,10 @@ def parse_cc(value):
     if not isinstance(value, str):
         return None
     text = value.strip()
-    if text.isdigit() and len(text) <= 2:
+    if is_ascii_digits(text) and len(text) <= 2:
         return (int(text), 0)
     match = _CC_RE.match(text)
-    if not match or len(match.group(2)) != 1:
+    if not match:
         return None
     return (int(match.group(1)), int(match.group(2)))
 
@@ -820,7 +840,8 @@ def cuda_version_from_nvml(number):
 # Arch lists: which compute capabilities an image's kernels reach
 # ---------------------------------------------------------------------------------------------
 _ARCH_RE = re.compile(r"^(?:(?P<kind>sm|compute)_(?P<cc>\d{2,3})(?P<suffix>[af]?)|"
-                      r"(?P<major>\d{1,2})\.(?P<minor>\d)(?P<suffix2>[af]?))(?P<ptx>\+PTX)?$", re.IGNORECASE)
+                      r"(?P<major>\d{1,2})\.(?P<minor>\d)(?P<suffix2>[af]?))(?P<ptx>\+PTX)?\Z",
+                      re.IGNORECASE | re.ASCII)
 
 
 def parse_arch(entry):
@@ -919,7 +940,7 @@ def kernel_module_labels(architectures=None, oldest_branch=None):
 #   "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471"
 # = cuda>=12.4 OR (brand=tesla AND 470<=driver<471) OR (brand=unknown AND 470<=driver<471)
 
-_REQ_RE = re.compile(r"^(cuda|driver|arch|brand)(>=|<=|==|!=|=|>|<)(.+)$")
+_REQ_RE = re.compile(r"^(cuda|driver|arch|brand)(>=|<=|==|!=|=|>|<)(.+)\Z", re.ASCII)
 REQUIRE_KEYS = ("cuda", "driver", "arch", "brand")
 
 
@@ -1148,7 +1169,7 @@ def driver_branch_eol(policy, branch, today):
     table = policy["driver_branches"]
     entry = table.get(str(branch))
     if entry is None:
-        known = sorted(int(k) for k in table if str(k).isdigit())
+        known = sorted(int(k) for k in table if is_ascii_digits(str(k)))
         supported = [b for b in known if table[str(b)].get("eol") not in (True,)]
         newest_supported = max(supported) if supported else None
         if newest_supported is not None and branch < newest_supported:
@@ -1174,7 +1195,7 @@ def max_cuda_for_branch(policy, branch):
     entry = table.get(str(branch))
     if entry and parse_version(entry.get("max_cuda_native")):
         return parse_version(entry["max_cuda_native"]), True
-    below = [int(k) for k in table if str(k).isdigit() and int(k) < branch
+    below = [int(k) for k in table if is_ascii_digits(str(k)) and int(k) < branch
              and parse_version(table[k].get("max_cuda_native"))]
     if below:
         return parse_version(table[str(max(below))]["max_cuda_native"]), False
@@ -1212,13 +1233,16 @@ def short_repr(value):
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+_ASCII_SPACE = " \t\r\n\f\v"
+
 # Input coercion, shared by the policy overrides (PolicyError) and the gate's inputs (the gate
 # passes GateInputError): the one copy of these rules.
 
 
 def coerce_int(value, where, minimum=0, maximum=None, error=PolicyError):
-    """An int from an int, an integral float or a digit string ("1_000", "12.0"); None stays None.
-    Raises ``error`` naming ``where`` otherwise or outside [minimum, maximum]."""
+    """An int from an int, an integral float or a string of ASCII digits ("12", " 12 ", "12.0");
+    None stays None. Raises ``error`` naming ``where`` otherwise (other scripts' digits, "1_000",
+    NaN and infinities included) or outside [minimum, maximum]."""
     if value is None:
         return None
     result = None
@@ -1230,10 +1254,10 @@ def coerce_int(value, where, minimum=0, maximum=None, error=PolicyError):
         if math.isfinite(value) and value == int(value):
             result = int(value)
     elif isinstance(value, str):
-        text = value.strip().replace("_", "")
-        if re.match(r"^\d{1,19}$", text):
+        text = value.strip(_ASCII_SPACE)
+        if re.match(r"^[0-9]{1,19}\Z", text):
             result = int(text)
-        elif re.match(r"^\d{1,19}\.0*$", text):
+        elif re.match(r"^[0-9]{1,19}\.0*\Z", text):
             result = int(text.split(".")[0])
     if result is None:
         raise error("%s: expected an integer, got %s" % (where, short_repr(value)))
@@ -1335,14 +1359,14 @@ def _validate_sections(policy):
                               % (where, entry.get("mvc_floor")))
     for key, entry in policy["minor_version_compatibility"].items():
         where = "policy.minor_version_compatibility.%s" % key
-        if not str(key).isdigit() or not isinstance(entry, dict):
+        if not is_ascii_digits(str(key)) or not isinstance(entry, dict):
             raise PolicyError("%s: expected a CUDA major version key ('12') with a mapping value" % where)
         if parse_driver_version(str(entry.get("driver_min", ""))) is None:
             raise PolicyError("%s.driver_min: expected a driver branch like '525', got %r"
                               % (where, entry.get("driver_min")))
     for key, entry in policy["driver_branches"].items():
         where = "policy.driver_branches.%s" % key
-        if not str(key).isdigit() or not isinstance(entry, dict):
+        if not is_ascii_digits(str(key)) or not isinstance(entry, dict):
             raise PolicyError("%s: expected a branch number key ('580') with a mapping value" % where)
         if entry.get("max_cuda_native") is not None:
             _check_version_text(entry["max_cuda_native"], where + ".max_cuda_native")

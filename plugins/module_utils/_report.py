@@ -15,6 +15,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import math
+import re
+
 REPORT_FORMAT = 2
 
 MODES = ("rollout", "preflight")
@@ -45,13 +48,21 @@ def _mapping(value):
 
 
 def _number(value):
-    """A float from an int, float or numeric string; None for anything else (bool included)."""
+    """A finite float from an int, float or numeric string of ASCII digits; None for anything else
+    (bool, NaN, infinities, other scripts' digits and "1_000" included)."""
     if value is None or isinstance(value, bool):
         return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
+    if isinstance(value, str):
+        if not re.match(r"^\s*[+-]?(?:[0-9]{1,19}(?:\.[0-9]{0,19})?|\.[0-9]{1,19})(?:[eE][+-]?[0-9]{1,3})?\s*\Z",
+                        value, re.ASCII):
+            return None
+    elif isinstance(value, int) and abs(value) >= 10 ** 300:
         return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def tokens_per_s(completion_tokens, latency_s):

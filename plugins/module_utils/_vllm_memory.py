@@ -97,6 +97,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import math
 import re
 
 MIB = 1024 ** 2
@@ -240,15 +241,23 @@ _FULL_SORT_ROWS = 128                    # SortStable.cu: segmented sort from 12
 _TRITON_MIN_ROWS = 8                     # 0.19.1 topk_topp_sampler.py:251
 
 
+# Beyond this no count in the model is real (and the byte sums would overflow a float).
+_MAX_COUNT = 2 ** 53
+
+
 def _positive_int(value):
-    """An int > 0 from an int-like value, else None (bools and junk are None)."""
+    """An int > 0 from an int, a finite float or a string of ASCII digits, else None (bools, NaN,
+    infinities, other scripts' digits, "1_000" and numbers beyond 2**53 are junk: None)."""
     if value is None or isinstance(value, bool):
         return None
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
+    if isinstance(value, str):
+        text = value.strip(" \t")
+        value = int(text) if re.match(r"^[0-9]{1,16}\Z", text, re.ASCII) else None
+    if isinstance(value, float):
+        value = int(value) if math.isfinite(value) else None
+    if not isinstance(value, int):
         return None
-    return number if number > 0 else None
+    return value if 0 < value <= _MAX_COUNT else None
 
 
 def _version_line(version):
@@ -259,7 +268,7 @@ def _version_line(version):
     if isinstance(version, str):
         version = version.split(".")
     try:
-        parts = tuple(int(re.match(r"\d+", str(p)).group(0)) for p in list(version)[:3])
+        parts = tuple(int(re.match(r"[0-9]{1,12}", str(p), re.ASCII).group(0)) for p in list(version)[:3])
     except (TypeError, ValueError, AttributeError):
         return "0.8.5"
     return "0.8.5" if parts < (0, 10, 0) else "0.19.1"
@@ -271,10 +280,12 @@ def _capability(value):
         return None
     if isinstance(value, str):
         value = value.strip().split(".")
+        if not all(re.match(r"^[0-9]{1,2}\Z", part, re.ASCII) for part in value):
+            return None     # other scripts' digits, "1_0", signs and spaces are no compute capability
     try:
         major = int(value[0])
         minor = int(value[1]) if len(value) > 1 else 0
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     return (major, minor)
 

@@ -471,8 +471,11 @@ def _number(value, where):
     if isinstance(value, bool):
         result = None
     elif isinstance(value, (int, float)):
-        result = float(value)
-    elif isinstance(value, str) and re.match(r"^\s*-?(\d{1,19}(\.\d{0,19})?|\.\d{1,19})\s*$", value):
+        # float() of an int beyond 1e308 raises OverflowError: refuse it like any non-number
+        result = float(value) if isinstance(value, float) or abs(value) < 10 ** 300 else None
+    elif isinstance(value, str) and re.match(r"^\s*-?([0-9]{1,19}(\.[0-9]{0,19})?|\.[0-9]{1,19})\s*\Z", value,
+                                             re.ASCII):
+        # ASCII digits only: float() also reads other scripts' digits, "1_0", "nan" and "inf"
         result = float(value)
     if result is None or not math.isfinite(result):
         raise StartupInputError("%s: expected a number, got %s" % (where, short_repr(value)))
@@ -499,7 +502,7 @@ def expand_human_int(value):
     """vLLM's human-readable integer form of max_model_len ("32k" = 32000, "32K" = 32768) as an int;
     any other value is returned unchanged for the caller's own integer check (the gate's too)."""
     if isinstance(value, str):
-        match = re.match(r"^\s*(\d{1,12})\s*([kKmMgG])\s*$", value)
+        match = re.match(r"^\s*([0-9]{1,12})\s*([kKmMgG])\s*\Z", value, re.ASCII)
         if match:
             factor = {"k": 1000, "m": 1000 ** 2, "g": 1000 ** 3, "K": 1024, "M": 1024 ** 2,
                       "G": 1024 ** 3}[match.group(2)]

@@ -202,6 +202,10 @@ options:
         C(max_num_seqs) (int), C(gpu_memory_utilization) (float in (0, 1], default 0.9),
         C(kv_cache_dtype) (str), C(cpu_offload_gb) (float GiB per GPU). Other keys pass through to
         C(effective_vllm) unchanged."
+      - "Numbers are read in ASCII digits only (no full-width or Arabic-Indic digits, no V(1_000)). A key or
+        value with a control character (newline, carriage return, NUL, tab, any C0/C1 character or DEL), a NaN
+        or infinite number or an integer beyond 2**63 is refused, naming the key; so are such values anywhere
+        in O(request)."
     type: dict
     default: {}
   policy:
@@ -527,6 +531,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError
 from ansible_collections.labfleet.vllm.plugins.module_utils._host import nearest_existing
+from ansible_collections.labfleet.vllm.plugins.module_utils._policy import has_control_chars
 from ansible_collections.labfleet.vllm.plugins.module_utils._plan import (
     FP16_COPY_MANIFEST,
     fp16_copy_path,
@@ -541,14 +546,15 @@ def measure_fp16_copy(request):
         return None
     model_path = request.get("model_path")
     given = request.get("fp16_model_path")
-    if not isinstance(model_path, str) or not model_path.strip().startswith("/"):
+    if not isinstance(model_path, str) or not model_path.strip().startswith("/") or has_control_chars(model_path):
+        return None     # the plan reports the malformed path (a NUL would make os.statvfs raise)
+    if given is not None and not (isinstance(given, str) and given.strip().startswith("/")
+                                  and not has_control_chars(given)):
         return None
-    if given is not None and not (isinstance(given, str) and given.strip().startswith("/")):
-        return None     # the plan reports the malformed path
     path = fp16_copy_path(model_path.strip(), given.strip().rstrip("/") if given and given.strip() else None)
     try:
         st = os.statvfs(nearest_existing(path))
-    except OSError:
+    except (OSError, ValueError):
         return {"complete": False, "disk_free_bytes": None}
     return {"complete": os.path.isfile(os.path.join(path, FP16_COPY_MANIFEST)),
             "disk_free_bytes": st.f_bavail * st.f_frsize}

@@ -116,7 +116,9 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._host import (
     container_stack,
     disk_free,
     parse_cpuinfo,
+    read_regular_text,
 )
+from ansible_collections.labfleet.vllm.plugins.module_utils._policy import has_control_chars
 
 
 def main():
@@ -128,19 +130,22 @@ def main():
         supports_check_mode=True,
     )
     try:
-        with open(module.params["cpuinfo_path"], encoding="utf-8", errors="replace") as handle:
-            cpu = parse_cpuinfo(handle.read())
-    except (IOError, OSError) as exc:
-        module.fail_json(msg="Cannot read %s (%s); point cpuinfo_path at a readable file."
-                         % (module.params["cpuinfo_path"], exc))
+        # a regular file only: a FIFO would block and /dev/zero never ends
+        cpu = parse_cpuinfo(read_regular_text(module.params["cpuinfo_path"]))
+    except (IOError, OSError, ValueError) as exc:
+        module.fail_json(msg="Cannot read %s (%s); point cpuinfo_path at a readable regular file such as "
+                         "/proc/cpuinfo." % (module.params["cpuinfo_path"], exc))
 
     disk = {}
     for label, path in sorted(module.params["disk_paths"].items()):
         if not isinstance(path, str) or not path.startswith("/"):
             module.fail_json(msg="disk_paths.%s must be an absolute path, got %r." % (label, path))
+        if has_control_chars(path) or has_control_chars(label):
+            module.fail_json(msg="disk_paths.%s must be an absolute one-line path without control characters "
+                             "(newline, NUL, ...), got %r." % (label.encode("unicode_escape").decode("ascii"), path))
         try:
             disk[label] = disk_free(path)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             module.fail_json(msg="Cannot measure free space for disk_paths.%s (%s): %s" % (label, path, exc))
 
     def run(argv):

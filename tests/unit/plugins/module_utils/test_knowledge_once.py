@@ -455,9 +455,15 @@ def test_model_facts_method_tables_are_the_policys():
 
 
 def test_coercion_helpers_are_one_copy():
-    for value in (0, 1, "1", " 12 ", "1_000", "12.0", 12.0):
+    for value in (0, 1, "1", " 12 ", "12.0", 12.0):
         assert G._to_int(value, "x") == P.coerce_int(value, "x")
         assert P._as_int(value, "x") == P.coerce_int(value, "x")
+    # "1_000" and other scripts' digits are no plain number (issue 13): both copies refuse them.
+    for bad in ("1_000", "\uff11\uff12", "\u0661\u0662"):
+        with pytest.raises(G.GateInputError):
+            G._to_int(bad, "x")
+        with pytest.raises(P.PolicyError):
+            P._as_int(bad, "x")
     for value in (True, False, "yes", "off", 1, 0):
         assert G._to_bool(value, "x") == P.coerce_bool(value, "x") == P._as_bool(value, "x")
     for bad in ("maybe", 2, [1]):
