@@ -27,7 +27,9 @@ __metaclass__ = type
 
 import copy
 import json
+import math
 import re
+import unicodedata
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._host import GO_TRUE
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
@@ -110,11 +112,34 @@ _DOCKER_HUB = ("docker.io", "index.docker.io", "registry-1.docker.io", "registry
 _REF_RE = re.compile(
     r"^(?P<repo>[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*)"
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
-    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
+    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?\Z")
+
+
+# The registry part of a reference: domain-component ('.' domain-component)* or [IPv6], then an optional
+# :port (distribution/reference regexp.go:61 domainNameComponent, :65 optionalPort, :91 ipv6address,
+# commit 0965666a; verified). ASCII only: [0-9] and [A-Za-z], never \d or \w.
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_REGISTRY_RE = re.compile(r"^(?:%s(?:\.%s)*|\[[a-fA-F0-9:]+\])(?::(?P<port>[0-9]{1,5}))?\Z"
+                          % (_DOMAIN_COMPONENT, _DOMAIN_COMPONENT))
+# A repository path may have at most 255 characters (distribution/reference reference.go:62
+# RepositoryNameTotalLengthMax, checked at :255; verified). A whole reference is at most
+# registry (255) + path (255) + tag (128) + digest (71) and separators, so 1024 bounds every valid one.
+REPOSITORY_MAX = 255
+REFERENCE_MAX = 1024
+_EXAMPLE_REF = "[registry/]name[:tag][@sha256:digest], for example vllm/vllm-openai:v0.8.5"
 
 
 class ImageRefError(ValueError):
     """An image reference that docker would not accept."""
+
+
+def _bad_character(text):
+    """(index, char) of the first character that has no place in an image reference: anything but
+    printable ASCII (controls, newlines, spaces, non-ASCII letters and digits such as '５')."""
+    for index, char in enumerate(text):
+        if not " " < char < "\x7f":
+            return index, char
+    return None
 
 
 def parse_reference(ref):
@@ -122,22 +147,36 @@ def parse_reference(ref):
 
     ``name`` is the short Docker Hub form ("vllm/vllm-openai"), ``canonical`` adds the tag or digest
     ("vllm/vllm-openai:v0.8.5"). A reference without tag or digest gets the tag "latest", as docker does.
+    Anything but printable ASCII is refused (a newline or a control character, whitespace, a
+    non-ASCII digit), and so are an over-long reference and a registry that is not a host[:port].
     """
     if not isinstance(ref, str) or not ref.strip():
-        raise ImageRefError("image reference is empty")
-    if ref != ref.strip() or any(ch.isspace() for ch in ref):
-        raise ImageRefError("image reference %r contains whitespace" % ref)
+        raise ImageRefError("image reference is empty; expected %s" % _EXAMPLE_REF)
+    if len(ref) > REFERENCE_MAX:
+        raise ImageRefError("image reference is %d characters long, more than any valid one (%d); expected %s"
+                            % (len(ref), REFERENCE_MAX, _EXAMPLE_REF))
+    bad = _bad_character(ref)
+    if bad:
+        index, char = bad
+        kind = ("whitespace" if char.isspace() else "a control character" if unicodedata.category(char)[0] == "C"
+                else "a non-ASCII character")
+        raise ImageRefError("image reference %s contains %s (%s at position %d); expected printable ASCII, %s"
+                            % (json.dumps(ref), kind, json.dumps(char), index, _EXAMPLE_REF))
     if ref.startswith("sha256:"):
-        if not re.match(r"^sha256:[0-9a-f]{64}$", ref):
+        if not re.match(r"^sha256:[0-9a-f]{64}\Z", ref):
             raise ImageRefError("image id %r is not sha256: followed by 64 hex digits" % ref)
         return {"registry": None, "repository": None, "tag": None, "digest": None, "id": ref,
                 "name": None, "canonical": ref}
     first, sep, rest = ref.partition("/")
     registry = None
     path = ref
-    if sep and ("." in first or ":" in first or first == "localhost"):
+    if sep and ("." in first or ":" in first or first == "localhost" or first.startswith("[")):
         registry = first
         path = rest
+        registry_match = _REGISTRY_RE.match(registry)
+        if not registry_match or not 0 < int(registry_match.group("port") or 1) <= 65535:
+            raise ImageRefError("%r has an invalid registry %r (expected host[:port], port 1-65535, or [IPv6][:port]); "
+                                "expected %s" % (ref, registry, _EXAMPLE_REF))
     match = _REF_RE.match(path)
     if not match:
         raise ImageRefError("%r is not a valid image reference (expected [registry/]name[:tag][@sha256:digest], "
@@ -145,6 +184,9 @@ def parse_reference(ref):
     repo = match.group("repo")
     tag = match.group("tag")
     digest = match.group("digest")
+    if len(repo) > REPOSITORY_MAX:
+        raise ImageRefError("the repository path of %r is %d characters long, more than docker allows (%d)"
+                            % (ref[:80] + "...", len(repo), REPOSITORY_MAX))
     if registry is None or registry in _DOCKER_HUB:
         registry = "docker.io"
         if repo.startswith("library/"):
@@ -196,7 +238,8 @@ def split_arch_list(value):
             items.extend(split_arch_list(item) or [])
         return items
     if isinstance(value, str):
-        return [part for part in re.split(r"[\s;,]+", value) if part]
+        # Printable ASCII only: parse_arch reads digits with \d and int(), which would take '７.０' for 7.0.
+        return [part for part in re.split(r"[\s;,]+", value) if part and _bad_character(part) is None]
     return None
 
 
@@ -251,6 +294,111 @@ def effective_arch_list(vllm_list, torch_list):
 
 
 # ---------------------------------------------------------------------------------------------
+# What docker and the image print: read strictly, keep only values of the expected shape
+# ---------------------------------------------------------------------------------------------
+
+# Go's encoding/json never writes NaN or Infinity, and docker's numbers fit 64 bits: anything
+# else did not come from docker (inferred from Go's encoding/json).
+INT_LIMIT = 2 ** 63 - 1
+# CUDA_VERSION of the nvidia/cuda images is "12.4.0"-like, torch.version.cuda "12.4" (the fixtures under
+# tests/unit/fixtures/image/; inferred as the general shape). ASCII digits only, bounded.
+_CUDA_VERSION_RE = re.compile(r"^[0-9]{1,3}(?:\.[0-9]{1,4}){0,3}\Z")
+# A package version (PEP 440 and local labels): starts with an ASCII digit, ASCII only, bounded.
+_PACKAGE_VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+_!-]{0,63}\Z")
+_IMAGE_ID_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+_METHOD_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
+# A bound on any text taken from the image (a real NVIDIA_REQUIRE_CUDA is about 1 kB), not a fact.
+TEXT_MAX = 4096
+
+
+def _reject_constant(name):
+    raise ValueError("%s is not JSON" % name)
+
+
+def _finite_float(text):
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError("the number %s is beyond a 64-bit float" % text[:40])
+    return value
+
+
+def _bounded_int(text):
+    # Checked on the text first: int() of a 100000-digit literal is slow, and refused by Python 3.11+.
+    if len(text.lstrip("-")) > 19 or abs(int(text)) > INT_LIMIT:
+        raise ValueError("the number %s is beyond a 64-bit integer"
+                         % (text if len(text) <= 40 else "%s...(%d digits)" % (text[:40], len(text))))
+    return int(text)
+
+
+def _strict_json(text):
+    """json.loads without NaN/Infinity, numbers beyond 64 bits or a stack overflow (all ValueError)."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int)
+    except RecursionError:
+        raise ValueError("arrays/objects nested too deeply to read")
+
+
+def loads_strict(text, what):
+    """_strict_json; the ValueError says ``what`` printed no JSON, and why."""
+    try:
+        return _strict_json(text)
+    except ValueError as exc:
+        raise ValueError("%s printed no JSON (%s)" % (what, exc))
+
+
+def plain_text(value, limit=TEXT_MAX):
+    """``value`` when it is a string of at most ``limit`` printable ASCII characters (spaces allowed), else None."""
+    if isinstance(value, str) and len(value) <= limit and all(" " <= ch < "\x7f" for ch in value):
+        return value
+    return None
+
+
+def _string_list(value):
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+def _optional_string_list(value):
+    """A list of strings as it is, else None (docker prints Entrypoint/Cmd as a list or null)."""
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return value
+    return None
+
+
+def _string_dict(value):
+    if not isinstance(value, dict):
+        return {}
+    return dict((k, v) for k, v in value.items() if isinstance(k, str) and isinstance(v, str))
+
+
+def checked_version(value, field, ignored, pattern=_PACKAGE_VERSION_RE):
+    """``value`` when it matches ``pattern`` (ASCII digits, bounded); else None, with a note in ``ignored``."""
+    if value is None:
+        return None
+    if isinstance(value, str) and pattern.match(value):
+        return value
+    ignored.append("%s %s is not a version (expected ASCII digits separated by dots%s); it is ignored"
+                   % (field, json.dumps(value)[:80] if isinstance(value, str) else "of type %s" % type(value).__name__,
+                      "" if pattern is _CUDA_VERSION_RE else ", then an optional ASCII label"))
+    return None
+
+
+def _checked_env_fields(env, source, ignored):
+    """cuda_version, require_cuda and env_arch_list of an image's environment, each checked."""
+    cuda = checked_version(env.get("CUDA_VERSION") or None, "%s CUDA_VERSION" % source, ignored, _CUDA_VERSION_RE)
+    require = env.get("NVIDIA_REQUIRE_CUDA") or None
+    if require is not None and plain_text(require) is None:
+        ignored.append("%s NVIDIA_REQUIRE_CUDA holds characters other than printable ASCII (or is longer than %d); "
+                       "it is ignored" % (source, TEXT_MAX))
+        require = None
+    arch = env.get("TORCH_CUDA_ARCH_LIST") or None
+    if arch is not None and plain_text(arch) is None:
+        ignored.append("%s TORCH_CUDA_ARCH_LIST holds characters other than printable ASCII (or is longer than %d); "
+                       "it is ignored" % (source, TEXT_MAX))
+        arch = None
+    return {"cuda_version": cuda, "require_cuda": require, "env_arch_list": arch}
+
+
+# ---------------------------------------------------------------------------------------------
 # docker image inspect
 # ---------------------------------------------------------------------------------------------
 
@@ -281,13 +429,12 @@ def parse_inspect(text, ref=None):
     """Facts from ``docker image inspect`` output (a JSON list with one object).
 
     Returns {id, repo_tags, repo_digests, digest, created, architecture, os, size, env, labels,
-    entrypoint, cmd, cuda_version, require_cuda, env_arch_list}. Raises ValueError when the text is
-    not inspect JSON.
+    entrypoint, cmd, cuda_version, require_cuda, env_arch_list, ignored}. Raises ValueError when the
+    text is not inspect JSON (NaN, Infinity, numbers beyond 64 bits and runaway nesting included).
+    A value of the wrong shape is dropped (None, [] or {}); ``ignored`` says which, for the numbers
+    the gate reads (CUDA_VERSION, NVIDIA_REQUIRE_CUDA, TORCH_CUDA_ARCH_LIST).
     """
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ValueError("docker image inspect printed no JSON (%s)" % exc)
+    data = loads_strict(text, "docker image inspect")
     if isinstance(data, list):
         if not data:
             raise ValueError("docker image inspect printed an empty list")
@@ -298,26 +445,34 @@ def parse_inspect(text, ref=None):
     if not isinstance(config, dict):
         raise ValueError("docker image inspect: Config is not an object")
     env = env_to_dict(config.get("Env"))
-    repo_digests = [d for d in (data.get("RepoDigests") or []) if isinstance(d, str)]
-    return {
-        "id": data.get("Id"),
-        "repo_tags": [t for t in (data.get("RepoTags") or []) if isinstance(t, str)],
+    repo_digests = _string_list(data.get("RepoDigests"))
+    ignored = []
+    image_id = data.get("Id")
+    if image_id is not None and not (isinstance(image_id, str) and _IMAGE_ID_RE.match(image_id)):
+        # The id is what the probe runs: never anything but sha256:<64 hex> (a "--flag" would be an option).
+        ignored.append("the image Id %s is not sha256:<64 hex digits>; the reference is used instead"
+                       % json.dumps(image_id)[:80])
+        image_id = None
+    size = data.get("Size")
+    result = {
+        "id": image_id,
+        "repo_tags": _string_list(data.get("RepoTags")),
         "repo_digests": repo_digests,
         "digest": pick_digest(repo_digests, ref),
-        "created": data.get("Created"),
-        "architecture": data.get("Architecture"),
-        "os": data.get("Os"),
-        "size": data.get("Size"),
+        "created": plain_text(data.get("Created"), 64),
+        "architecture": plain_text(data.get("Architecture"), 64),
+        "os": plain_text(data.get("Os"), 64),
+        "size": size if isinstance(size, int) and not isinstance(size, bool) and 0 <= size <= INT_LIMIT else None,
         "env": interesting_env(env),
-        "labels": config.get("Labels") or {},
-        "entrypoint": config.get("Entrypoint"),
-        "cmd": config.get("Cmd"),
-        "cuda_version": env.get("CUDA_VERSION") or None,
-        "require_cuda": env.get("NVIDIA_REQUIRE_CUDA") or None,
-        "env_arch_list": env.get("TORCH_CUDA_ARCH_LIST") or None,
+        "labels": _string_dict(config.get("Labels")),
+        "entrypoint": _optional_string_list(config.get("Entrypoint")),
+        "cmd": _optional_string_list(config.get("Cmd")),
         # The toolkit reads it with Go's strconv.ParseBool (_host.require_cuda_enforcement).
         "disable_require": (env.get("NVIDIA_DISABLE_REQUIRE") or "").strip() in GO_TRUE,
+        "ignored": ignored,
     }
+    result.update(_checked_env_fields(env, "the image's", ignored))
+    return result
 
 
 def pick_digest(repo_digests, ref=None):
@@ -331,7 +486,7 @@ def pick_digest(repo_digests, ref=None):
     first = None
     for item in repo_digests:
         name, sep, digest = item.partition("@")
-        if not sep:
+        if not sep or not _IMAGE_ID_RE.match(digest):
             continue
         first = first or digest
         try:
@@ -384,17 +539,15 @@ def parse_registry_image(text, platform="linux/amd64"):
     image or ``{platform: config}`` for a multi-platform index, and ``manifest.digest`` the digest
     of what the reference points at (buildx docs, "Format the output"). Returns {cuda_version,
     require_cuda, env_arch_list, entrypoint, labels, env, platform, digest}; ValueError when the
-    text holds no image config.
+    text holds no image config (or is not strict JSON); values of the wrong shape are dropped, as
+    in parse_inspect, and listed in ``ignored``.
     """
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ValueError("imagetools inspect printed no JSON (%s)" % exc)
+    data = loads_strict(text, "imagetools inspect")
     if not isinstance(data, dict):
         raise ValueError("imagetools inspect printed %s instead of an object" % type(data).__name__)
     digest = None
     manifest = data.get("manifest")
-    if isinstance(manifest, dict) and isinstance(manifest.get("digest"), str):
+    if isinstance(manifest, dict) and isinstance(manifest.get("digest"), str) and _IMAGE_ID_RE.match(manifest["digest"]):
         digest = manifest["digest"]
     image = data.get("image", data)
     if not isinstance(image, dict):
@@ -410,16 +563,17 @@ def parse_registry_image(text, platform="linux/amd64"):
     if not isinstance(config, dict):
         raise ValueError("imagetools inspect: config is not an object")
     env = env_to_dict(config.get("Env"))
-    return {
-        "platform": chosen_platform or ("%s/%s" % (image.get("os"), image.get("architecture"))),
+    ignored = []
+    result = {
+        "platform": plain_text(chosen_platform or ("%s/%s" % (image.get("os"), image.get("architecture"))), 128),
         "digest": digest,
         "env": interesting_env(env),
-        "entrypoint": config.get("Entrypoint"),
-        "labels": config.get("Labels") or {},
-        "cuda_version": env.get("CUDA_VERSION") or None,
-        "require_cuda": env.get("NVIDIA_REQUIRE_CUDA") or None,
-        "env_arch_list": env.get("TORCH_CUDA_ARCH_LIST") or None,
+        "entrypoint": _optional_string_list(config.get("Entrypoint")),
+        "labels": _string_dict(config.get("Labels")),
+        "ignored": ignored,
     }
+    result.update(_checked_env_fields(env, "the registry config's", ignored))
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -629,7 +783,7 @@ def extract_marked_json(text, marker=PROBE_MARKER):
     if payload is None:
         raise ValueError("no %r line in the output" % marker.strip())
     try:
-        data = json.loads(payload)
+        data = _strict_json(payload)
     except ValueError as exc:
         raise ValueError("the %s line is not JSON (%s)" % (marker.strip(), exc))
     if not isinstance(data, dict):
@@ -639,17 +793,36 @@ def extract_marked_json(text, marker=PROBE_MARKER):
 
 def parse_probe_output(text):
     """The probe's report: {vllm_version, torch_version, torch_cuda_version, torch_arch_list,
-    quantization_methods, ...}. Raises ValueError when the output holds no probe line."""
-    data = extract_marked_json(text)
-    arch = data.get("torch_arch_list")
-    if arch is not None:
+    quantization_methods, ...}. Raises ValueError when the output holds no probe line.
+
+    What runs in the image is not trusted: versions must be ASCII version strings (else None, and a
+    note in ``ignored``), quantization names plain ASCII names, other fields strings."""
+    raw = extract_marked_json(text)
+    ignored = []
+    data = {"ignored": ignored}
+    for key in ("vllm_version", "torch_version"):
+        data[key] = checked_version(raw.get(key), "the probe's %s" % key, ignored)
+    data["torch_cuda_version"] = checked_version(raw.get("torch_cuda_version"), "the probe's torch_cuda_version",
+                                                 ignored, _CUDA_VERSION_RE)
+    data["python_version"] = checked_version(raw.get("python_version"), "the probe's python_version", ignored)
+    for key in ("vllm_path", "vllm_version_source", "quantization_methods_source", "torch_arch_list_source",
+                "env_torch_cuda_arch_list", "env_cuda_version"):
+        data[key] = raw.get(key) if isinstance(raw.get(key), str) and len(raw[key]) <= TEXT_MAX else None
+    version = raw.get("probe_version")
+    data["probe_version"] = version if isinstance(version, int) and not isinstance(version, bool) and \
+        0 <= version < 1000 else None
+    arch = raw.get("torch_arch_list")
+    if isinstance(arch, str) or (isinstance(arch, list) and all(isinstance(e, str) for e in arch)):
         data["torch_arch_list_raw"] = arch
         data["torch_arch_list"] = normalise_arch_list(arch)
-    methods = data.get("quantization_methods")
-    if methods is not None and not (isinstance(methods, list) and all(isinstance(m, str) for m in methods)):
-        data["quantization_methods"] = None
-    errors = data.get("errors")
-    data["errors"] = [e for e in errors if isinstance(e, str)] if isinstance(errors, list) else []
+    methods = raw.get("quantization_methods")
+    if methods is not None and not (isinstance(methods, list) and all(isinstance(m, str) and _METHOD_RE.match(m)
+                                                                      for m in methods)):
+        ignored.append("the probe's quantization_methods are not a list of plain names; they are ignored")
+        methods = None
+    data["quantization_methods"] = methods
+    errors = raw.get("errors")
+    data["errors"] = [e[:TEXT_MAX] for e in errors if isinstance(e, str)] if isinstance(errors, list) else []
     return data
 
 
@@ -683,6 +856,25 @@ _GPU_FAILURES = (
 )
 
 
+_DEVICE_FIELDS = (("index", lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 4096),
+                  ("name", lambda v: isinstance(v, str) and len(v) <= 256),
+                  ("capability", lambda v: isinstance(v, str) and re.match(r"^[0-9]{1,2}\.[0-9]{1,2}\Z", v)),
+                  ("result", lambda v: isinstance(v, float) and math.isfinite(v)),
+                  ("ok", lambda v: isinstance(v, bool)),
+                  ("error", lambda v: isinstance(v, str) and len(v) <= TEXT_MAX))
+
+
+def _checked_devices(devices):
+    """The GPU check's devices, each with only the fields of the expected shape."""
+    if not isinstance(devices, list):
+        return []
+    result = []
+    for device in devices[:4096]:
+        if isinstance(device, dict):
+            result.append(dict((key, device[key]) for key, ok in _DEVICE_FIELDS if key in device and ok(device[key])))
+    return result
+
+
 def classify_gpu_check(rc, out, err):
     """{ran, ok, category, message, devices, fix} from the GPU check container's result."""
     result = {"ran": True, "ok": False, "category": None, "message": None, "devices": [], "fix": None}
@@ -692,9 +884,9 @@ def classify_gpu_check(rc, out, err):
     except ValueError:
         report = None
     if report is not None:
-        result["devices"] = report.get("devices") or []
-        result["ok"] = bool(report.get("ok")) and rc == 0
-        result["message"] = report.get("error")
+        result["devices"] = _checked_devices(report.get("devices"))
+        result["ok"] = report.get("ok") is True and rc == 0
+        result["message"] = report.get("error") if isinstance(report.get("error"), str) else None
         if report.get("arch_list"):
             result["arch_list"] = normalise_arch_list(report["arch_list"])
     if result["ok"]:
@@ -723,7 +915,8 @@ def classify_gpu_check(rc, out, err):
 
 GATE_KEYS = ("cuda_version", "require_cuda", "arch_list", "quantization_methods", "vllm_version")
 
-_TAG_VERSION_RE = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)(?:$|[-+])")
+# [0-9], not \d: \d also matches non-ASCII digits such as '５', which int() would then accept.
+_TAG_VERSION_RE = re.compile(r"^v?([0-9]+\.[0-9]+\.[0-9]+(?:\.[0-9]+)?(?:\.post[0-9]+)?)(?:\Z|[-+])")
 
 
 def _first(*candidates):
@@ -798,6 +991,8 @@ def merge_image_facts(ref, state, inspect=None, probe=None, registry=None, profi
     image["labels"] = inspect.get("labels") or registry.get("labels") or {}
     image["env"] = inspect.get("env") or registry.get("env") or {}
     image["disable_require"] = bool(inspect.get("disable_require"))
+    for observed in (inspect, registry, probe):
+        image["notes"].extend(observed.get("ignored") or [])
     if prof:
         image["profile_confidence"] = prof.get("confidence")
         image["profile_source"] = prof.get("source")

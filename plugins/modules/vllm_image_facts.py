@@ -28,14 +28,19 @@ description:
     C(--gpus all), which catches "no kernel image is available for execution on the device" before
     the deployment.
   - Never changes anything on the host. The task fails only on misuse (an invalid reference, a
-    C(docker_bin) that does not exist, output docker should never print); an absent image or a
-    missing Docker are reported in RV(image.state).
+    C(docker_bin) that does not exist, output docker should never print) or when a docker command
+    runs past its time limit (O(timeout)); an absent image or a missing Docker are reported in
+    RV(image.state).
+  - Every docker command it runs is bounded in time; the task ends within about O(timeout) seconds
+    per command (plus 3 x O(probe_timeout) for the probe), never waits without limit.
 author:
   - labfleet maintainers (@labfleet)
 options:
   image:
     description:
       - Image reference, C([registry/]name[:tag][@sha256:digest]) or an image id C(sha256:...).
+      - Printable ASCII only; a reference with whitespace, a newline or another control character, or
+        a non-ASCII character is refused.
     type: str
     required: true
   docker_bin:
@@ -51,9 +56,21 @@ options:
   probe_timeout:
     description:
       - Seconds the in-image probe allows each of its slow steps (importing torch, and importing
-        vLLM when its quantization list cannot be read from source).
+        vLLM when its quantization list cannot be read from source), from V(1) to V(3600).
+      - The probe container as a whole may run for O(timeout) + 3 x O(probe_timeout) seconds.
     type: int
     default: 300
+  timeout:
+    description:
+      - Seconds each docker command may run, from V(1) to V(3600) - C(docker image inspect), the
+        registry read (C(docker buildx imagetools inspect)) and the GPU check container; the probe
+        container gets O(timeout) + 3 x O(probe_timeout) (its three steps are bounded inside the image).
+      - A command still running then is stopped (SIGTERM, which C(docker run) passes to the container,
+        then SIGKILL 5 seconds later; a probe or GPU check container left behind is removed with
+        C(docker rm -f)) and the task fails with a message naming the command and this option.
+    type: int
+    default: 120
+    version_added: 0.1.0
   gpu_check:
     description:
       - Also run one tiny CUDA operation in the image with C(--gpus all) and report whether it
@@ -218,7 +235,9 @@ image:
       description: Where each field came from (probe, inspect, registry, profile, tag).
       type: dict
     notes:
-      description: Observations (profile notes, arch gaps).
+      description: Observations (profile notes, arch gaps), and values read from the image that were
+        ignored because they are not of the expected shape (for example a C(CUDA_VERSION) with
+        non-ASCII digits); each of those is also a warning.
       type: list
       elements: str
     probe:
@@ -239,8 +258,14 @@ image:
       type: dict
 """
 
+import binascii
+import decimal
+import json
+import math
 import os
 import platform
+import threading
+import unicodedata
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -261,13 +286,94 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._image import (
 )
 
 PROBE_LABEL = "org.labfleet.probe=vllm_image_facts"
+TIMEOUT_MAX = 3600
+KILL_GRACE = 5
+# docker rm -f of a container left behind by a stopped command: a short, fixed bound of its own.
+CLEANUP_TIMEOUT = 30
+INT_OPTIONS = ("timeout", "probe_timeout")
 
 
-def run_probe(module, docker, target, timeout):
+def run_bounded(module, argv, limit):
+    """``module.run_command(argv)`` stopped after ``limit`` seconds: (rc, out, err, timed_out).
+
+    A timer sends SIGTERM when the limit passes (``docker run`` passes it on to the container,
+    --sig-proxy defaults to true: docker/cli docs/reference/commandline/container_run.md:100) and
+    SIGKILL KILL_GRACE seconds later; run_command returns once the process is gone and its pipes
+    are quiet.
+    """
+    timers = []
+    expired = []
+
+    def signal_process(process, kill):
+        try:
+            if kill:
+                process.kill()
+            else:
+                process.terminate()
+        except OSError:
+            pass
+
+    def arm(process):
+        def expire():
+            if process.poll() is not None:  # it ended just in time
+                return
+            expired.append(True)
+            signal_process(process, False)
+            later = threading.Timer(KILL_GRACE, signal_process, (process, True))
+            later.daemon = True
+            timers.append(later)
+            later.start()
+        timer = threading.Timer(limit, expire)
+        timer.daemon = True
+        timers.append(timer)
+        timer.start()
+
+    try:
+        rc, out, err = module.run_command(argv, before_communicate_callback=arm)
+    finally:
+        for timer in list(timers):
+            timer.cancel()
+    return rc, out, err, bool(expired)
+
+
+def container_name(kind):
+    """A name of our own for a probe/GPU check container, so one left behind by a timeout can be removed."""
+    return "labfleet-%s-%s" % (kind, binascii.hexlify(os.urandom(6)).decode("ascii"))
+
+
+def run_docker(module, docker, argv, limit, what, option, container=None):
+    """Run one docker command within ``limit`` seconds; on expiry remove ``container`` (if any) and fail
+    naming the command and the option that sets the limit."""
+    rc, out, err, timed_out = run_bounded(module, [docker] + argv, limit)
+    if not timed_out:
+        return rc, out, err
+    cleanup = ""
+    if container:
+        rm_rc, rm_out, rm_err, rm_late = run_bounded(module, [docker, "rm", "-f", container], CLEANUP_TIMEOUT)
+        if rm_late or rm_rc != 0:
+            said = "no answer within %d s" % CLEANUP_TIMEOUT if rm_late else \
+                ((rm_err or rm_out).strip() or "exit %s" % rm_rc)
+            cleanup = (" The container %s may still exist: remove it with `docker rm -f %s` (docker said: %s)."
+                       % (container, container, said))
+        else:
+            cleanup = " Its container %s was removed." % container
+    module.fail_json(
+        msg="vllm_image_facts: `docker %s` (%s) did not finish within %d s and was stopped; %s.%s"
+            % (" ".join(argv[:2]), what, limit, option, cleanup),
+        cmd=[docker] + [a if len(a) < 200 else a[:60] + "..." for a in argv], rc=rc, stdout=out, stderr=err,
+        timeout=limit)
+
+
+def run_probe(module, docker, target, probe_timeout, timeout):
     """Run the probe container; {ran, ok, error, ...probe fields}."""
-    argv = [docker, "run", "--rm", "--network", "none", "--label", PROBE_LABEL, "--entrypoint", "python3",
-            target, "-c", PROBE_SCRIPT, str(timeout)]
-    rc, out, err = module.run_command(argv)
+    name = container_name("probe")
+    limit = timeout + 3 * probe_timeout
+    argv = ["run", "--rm", "--network", "none", "--label", PROBE_LABEL, "--name", name, "--entrypoint", "python3",
+            target, "-c", PROBE_SCRIPT, str(probe_timeout)]
+    rc, out, err = run_docker(module, docker, argv, limit, "the in-image probe of %s" % target,
+                              "it may run timeout + 3 x probe_timeout (%d + 3 x %d s): raise timeout or probe_timeout "
+                              "if the image is just slow to import torch, or set probe: false"
+                              % (timeout, probe_timeout), container=name)
     try:
         data = parse_probe_output(out)
     except ValueError as exc:
@@ -277,14 +383,18 @@ def run_probe(module, docker, target, timeout):
                 "error": "the probe printed no report%s: %s; docker said: %s" % (hint, exc, said or "nothing")}
     data.update({"ran": True, "ok": rc == 0 and data.get("vllm_version") is not None, "rc": rc})
     if data.get("vllm_version") is None:
-        data["error"] = "no vllm package found in the image's python3"
+        data["error"] = ("the vllm package in the image (%s) has no readable version" % data["vllm_path"]
+                         if data.get("vllm_path") else "no vllm package found in the image's python3")
     return data
 
 
-def run_gpu_check(module, docker, target):
-    argv = [docker, "run", "--rm", "--network", "none", "--gpus", "all", "--label", PROBE_LABEL,
+def run_gpu_check(module, docker, target, timeout):
+    name = container_name("gpu-check")
+    argv = ["run", "--rm", "--network", "none", "--gpus", "all", "--label", PROBE_LABEL, "--name", name,
             "--entrypoint", "python3", target, "-c", GPU_CHECK_SCRIPT]
-    rc, out, err = module.run_command(argv)
+    rc, out, err = run_docker(module, docker, argv, timeout, "the GPU check in %s" % target,
+                              "raise timeout (now %d s) if the image is just slow to start, or set gpu_check: false"
+                              % timeout, container=name)
     return classify_gpu_check(rc, out, err)
 
 
@@ -294,9 +404,12 @@ def _host_platform():
     return "linux/%s" % arch
 
 
-def read_registry(module, docker, ref):
+def read_registry(module, docker, ref, timeout):
     """{ran, ok, error, ...registry fields} from docker buildx imagetools inspect."""
-    rc, out, err = module.run_command([docker, "buildx", "imagetools", "inspect", "--format", "{{json .}}", ref])
+    rc, out, err = run_docker(module, docker, ["buildx", "imagetools", "inspect", "--format", "{{json .}}", ref],
+                              timeout, "the registry read of %s" % ref,
+                              "raise timeout (now %d s) if the registry is just slow, or set registry_config: false"
+                              % timeout)
     if rc != 0:
         text = "%s\n%s" % (err or "", out or "")
         message = informative_line(text) or "exit %s" % rc
@@ -316,6 +429,9 @@ def find_docker(module):
     """(path or None, message)."""
     given = module.params["docker_bin"]
     if given:
+        if any(unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cs") for ch in given):
+            module.fail_json(msg="docker_bin must be a file path without control characters, got %s; point it at the "
+                                 "docker CLI or leave it unset to use the one on PATH" % json.dumps(given))
         if not (os.path.isfile(given) and os.access(given, os.X_OK)):
             module.fail_json(msg="docker_bin %s is not an executable file; point it at the docker CLI or leave it "
                                  "unset to use the one on PATH" % given)
@@ -333,14 +449,21 @@ def run_module(module):
         parse_reference(ref)
     except ImageRefError as exc:
         module.fail_json(msg="image: %s" % exc)
-    if module.params["probe_timeout"] < 1:
-        module.fail_json(msg="probe_timeout must be at least 1 second, got %s" % module.params["probe_timeout"])
+    for name in INT_OPTIONS:
+        value = module.params[name]
+        if not 1 <= value <= TIMEOUT_MAX:
+            module.fail_json(msg="%s must be a whole number of seconds from 1 to %d, got %s"
+                                 % (name, TIMEOUT_MAX, value if abs(value) < 10 ** 30 else
+                                    "a number of about %d digits" % int(abs(value).bit_length() * 0.30103 + 1)))
+    timeout = module.params["timeout"]
     profile_key, profile = lookup_profile(ref)
     docker, docker_error = find_docker(module)
     inspect = None
     state = "docker_unavailable"
     if docker:
-        rc, out, err = module.run_command([docker, "image", "inspect", ref])
+        rc, out, err = run_docker(module, docker, ["image", "inspect", ref], timeout, "reading the image on this host",
+                                  "raise timeout (now %d s) if the Docker daemon is just slow, or check it with "
+                                  "`systemctl status docker`" % timeout)
         if rc == 0:
             try:
                 inspect = parse_inspect(out, ref)
@@ -361,14 +484,14 @@ def run_module(module):
     target = (inspect or {}).get("id") or ref
     if state == "present":
         if module.params["probe"]:
-            probe = run_probe(module, docker, target, module.params["probe_timeout"])
+            probe = run_probe(module, docker, target, module.params["probe_timeout"], timeout)
             if not probe.get("ok"):
                 module.warn("the in-image probe of %s did not complete: %s" % (
                     ref, probe.get("error") or "; ".join(probe.get("errors") or []) or "exit %s" % probe.get("rc")))
         else:
             probe["reason"] = "probe is false"
         if module.params["gpu_check"]:
-            gpu = run_gpu_check(module, docker, target)
+            gpu = run_gpu_check(module, docker, target, timeout)
             if not gpu.get("ok"):
                 module.warn("GPU check in %s failed (%s): %s%s" % (
                     ref, gpu.get("category"), gpu.get("message"), (". Fix: %s" % gpu["fix"]) if gpu.get("fix") else ""))
@@ -378,7 +501,7 @@ def run_module(module):
         if module.params["gpu_check"]:
             gpu["reason"] = reason
         if module.params["registry_config"] and docker:
-            registry = read_registry(module, docker, ref)
+            registry = read_registry(module, docker, ref, timeout)
             if not registry.get("ok"):
                 module.warn(registry["error"])
 
@@ -393,6 +516,9 @@ def run_module(module):
     image["registry"] = dict((k, registry.get(k)) for k in ("ran", "ok", "error", "platform") if k in registry)
     if docker_error:
         module.warn(docker_error)
+    for observed in (inspect or {}, probe, registry):
+        for note in observed.get("ignored") or []:
+            module.warn("%s: %s" % (ref, note))
     if state != "present" and not profile and not registry.get("ok"):
         module.warn("no shipped profile matches %s and the image is not on this host, so the gate gets no image "
                     "facts: pull the image first, set registry_config: true, or use a profiled image (%s)"
@@ -403,18 +529,49 @@ def run_module(module):
     module.exit_json(changed=False, image=image)
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            image=dict(type="str", required=True),
-            docker_bin=dict(type="path"),
-            probe=dict(type="bool", default=True),
-            probe_timeout=dict(type="int", default=300),
-            gpu_check=dict(type="bool", default=False),
-            registry_config=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
+def argument_spec(int_type="int"):
+    """The options; ``int_type="raw"`` only to report an infinite number (see make_module)."""
+    return dict(
+        image=dict(type="str", required=True),
+        docker_bin=dict(type="path"),
+        probe=dict(type="bool", default=True),
+        probe_timeout=dict(type=int_type, default=300),
+        timeout=dict(type=int_type, default=120),
+        gpu_check=dict(type="bool", default=False),
+        registry_config=dict(type="bool", default=False),
     )
+
+
+def _absurd_number(value):
+    """Whether a raw option value is what breaks ansible-core's own int handling: an infinite
+    float, or a number (or numeric text) beyond any sane bound."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, int):
+        return abs(value) >= 10 ** 30
+    try:
+        number = decimal.Decimal(value.strip())
+    except (AttributeError, ArithmeticError, ValueError):
+        return False
+    return not number.is_finite() or abs(number) >= 10 ** 30
+
+
+def make_module():
+    """AnsibleModule, never a traceback. ansible-core raises for two numbers itself: OverflowError
+    converting an infinite float to int (``timeout: .inf``), and ValueError logging an int of more
+    than 4300 digits (``timeout: "1e5000"``). The options are then read again as given, and the
+    task fails naming the option."""
+    try:
+        return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    except (OverflowError, ValueError):
+        module = AnsibleModule(argument_spec=argument_spec("raw"), supports_check_mode=True)
+        names = [name for name in INT_OPTIONS if _absurd_number(module.params[name])]
+        module.fail_json(msg="%s must be a whole number of seconds from 1 to %d, got an infinite or absurdly large "
+                             "value" % (" and ".join(names) or "timeout or probe_timeout", TIMEOUT_MAX))
+
+
+def main():
+    module = make_module()
     try:
         run_module(module)
     except Exception as exc:  # pylint: disable=broad-except

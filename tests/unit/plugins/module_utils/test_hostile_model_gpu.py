@@ -70,7 +70,7 @@ HOSTILE_JSON = st.recursive(HOSTILE_SCALARS,
                             lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                     st.dictionaries(HOSTILE_TEXT, inner, max_size=4)),
                             max_leaves=20)
-FAST = settings(deadline=2000, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(deadline=10000, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 
 
 def bounded(func, seconds=10.0):
@@ -956,7 +956,7 @@ def test_sysfs_attribute_fifo_is_skipped_not_waited_on(tmp_path):
 
 # ---- properties ---------------------------------------------------------------------------------
 
-@settings(deadline=2000, max_examples=200)
+@settings(deadline=10000, max_examples=200)
 @given(field=st.sampled_from(FIELDS), value=st.one_of(HOSTILE_TEXT, HUGE_INTS.map(str), ODD_FLOATS.map(repr)))
 def test_property_query_row_is_sane_or_parse_error(field, value):
     values = dict(zip(FIELDS, V100_ROW))
@@ -971,7 +971,7 @@ def test_property_query_row_is_sane_or_parse_error(field, value):
     assert_sane_facts(facts)
 
 
-@settings(deadline=2000, max_examples=150)
+@settings(deadline=10000, max_examples=150)
 @given(rc=st.sampled_from([0, 0, 2, 6, 9, 15, 18]),
        query=st.text(alphabet=st.sampled_from(list(CONTROL + UNICODE_DIGITS + "0123456789abcdefX, .:[]/-NAVnif\n")),
                      max_size=300),
@@ -982,7 +982,7 @@ def test_property_probe_answers_sane_facts_for_any_nvidia_smi_output(rc, query, 
     assert_sane_facts(facts)
 
 
-@settings(deadline=2000, max_examples=150)
+@settings(deadline=10000, max_examples=150)
 @given(key=st.sampled_from(["total", "free", "cc", "driver", "count", "gen", "width", "persistence", "ecc", "name",
                             "cuda"]),
        value=st.one_of(HUGE_INTS, ODD_FLOATS, HOSTILE_TEXT, st.none(), st.booleans(),
@@ -992,7 +992,7 @@ def test_property_nvml_answers_give_sane_facts_or_a_state(key, value):
     assert_sane_facts(facts)
 
 
-@settings(deadline=2000, max_examples=100)
+@settings(deadline=10000, max_examples=100)
 @given(value=st.one_of(ODD_FLOATS, st.floats(min_value=-1e6, max_value=1e6)))
 def test_property_timeout_option_is_bounded_or_refused_naming_it(value):
     problem = gpu_facts.check_timeout(value)
@@ -1002,7 +1002,7 @@ def test_property_timeout_option_is_bounded_or_refused_naming_it(value):
         assert problem.startswith("timeout must be a number of seconds greater than 0")
 
 
-@settings(deadline=2000, max_examples=100)
+@settings(deadline=10000, max_examples=100)
 @given(count=st.integers(min_value=0, max_value=3000))
 def test_property_any_gpu_count_ends_fast_and_bounded(count):
     started = time.monotonic()
