@@ -5,14 +5,38 @@
 
 Private to labfleet.vllm (the leading underscore): no stability promise to other collections.
 
-- ``http_request``: one HTTP request that never raises for network or HTTP errors.
-- ``iter_sse_data`` / ``read_chat_stream``: server-sent events as vLLM streams them
-  (``data: {json}`` blocks separated by blank lines, ending with ``data: [DONE]``).
+- ``check_number`` / ``check_url`` / ``check_name``: option checks that never raise (NaN, inf,
+  huge integers, non-ASCII digits, control characters) and say what is expected.
+- ``http_request``: one HTTP request that never raises for network or HTTP errors. Its timeout
+  bounds the WHOLE request (connect, headers, body), not each socket read: a watchdog shuts the
+  socket down when the time is up, so a server that trickles bytes or keep-alive comments cannot
+  hold it. Bodies are read up to a byte limit.
+- ``iter_sse_data`` / ``read_chat_stream``: server-sent events as vLLM streams them (``data:
+  {json}`` blocks separated by blank lines, ending with ``data: [DONE]``; chunks with empty text
+  in the middle; the last token and ``finish_reason`` in one chunk).
+- ``error_message``: the message of vLLM's error bodies, flat (0.8.5) or nested (newer releases).
 - ``wait_for_health``: polls ``/health`` and a container probe, with progress lines, and stops
   early when the container exited or its unit restarted it.
 
-HTTP goes through http.client (unit tests run a local server); the clock, sleep and the container
-probe are passed in, so the health wait is tested with fakes.
+HTTP goes through http.client (HTTP/1.1: keep-alive and chunked transfer encoding are decoded by
+it; unit tests run local servers); the clock, sleep and the container probe are passed in, so the
+health wait is tested with fakes.
+
+What real vLLM sends (verified against /work/shared/reference/vllm-http/, recorded from a vLLM
+server, and the 0.8.5 / 0.19.1 sources):
+- error bodies: 0.8.5 ``{"object": "error", "message", "type", "param", "code"}``
+  (vllm-0.8.5 vllm/entrypoints/openai/protocol.py:79-84, returned by api_server.py:428-430);
+  0.19.1 ``{"error": {"message", "type", "param", "code"}}`` (vllm-0.19.1
+  vllm/entrypoints/openai/engine/protocol.py:58-66; chat_maxtokens0.http, chat_wrongmodel.http);
+  errors inside a stream are ``data: {"error": {...}}`` in both (0.8.5 serving_engine.py:112-123);
+  the API key middleware answers ``{"error": "Unauthorized"}`` (0.8.5 api_server.py:854-855;
+  models_nokey.http); unknown routes ``{"detail": "Not Found"}`` (notfound.http).
+- empty-text chunks mid-stream: the detokenizer holds back text that ends in an incomplete UTF-8
+  character (vllm-0.8.5 vllm/transformers_utils/detokenizer_utils.py:180; chat_stream_*.http).
+- with ``finish_reason: length`` the last token and the finish reason share one chunk
+  (vllm-0.8.5 vllm/entrypoints/openai/serving_chat.py:763-830; chat_stream_nousage.http).
+- metrics carry ``model_name`` and ``engine`` labels (vllm-0.8.5 vllm/v1/metrics/loggers.py:141-145;
+  metrics.http). All verified.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -20,8 +44,11 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import math
+import re
 import socket
 import ssl
+import threading
 import time
 
 try:  # Python 3
@@ -36,6 +63,22 @@ except ImportError:  # pragma: no cover - the collection's modules need Python 3
 BODY_EXCERPT = 300
 # Container states that end the health wait at once.
 DEAD_STATES = ("exited", "dead", "restarted", "failed")
+# Bounded reads. A plain answer (/health, /v1/models, a completion, /metrics: 51,658 bytes in
+# metrics.http) is far below 8 MiB; a stream is bounded in bytes and, above all, in time.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_STREAM_BYTES = 64 * 1024 * 1024
+# One SSE line (one ``data:`` chunk is about 250 bytes in chat_stream_usage.http).
+MAX_LINE_BYTES = 1024 * 1024
+# Generated text kept in memory (the module returns 200 characters of it).
+KEEP_TEXT = 4096
+# A token count above this is nonsense from the server, not a count.
+MAX_TOKEN_COUNT = 10 ** 9
+# Progress lines kept by wait_for_health (the first one and the newest ones).
+MAX_PROGRESS_LINES = 200
+READ_SIZE = 65536
+
+_ASCII_NUMBER = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")
+_LINE_END = re.compile(b"\r\n|\r|\n")
 
 
 def short(text, limit=BODY_EXCERPT):
@@ -43,9 +86,94 @@ def short(text, limit=BODY_EXCERPT):
     if text is None:
         return ""
     if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    text = " ".join(str(text).split())
+        text = text[:limit * 4 + 16].decode("utf-8", "replace")
+    try:
+        text = str(text)
+    except ValueError:  # an integer too long to print (Python's int max_str_digits)
+        return "(too long to show)"
+    text = " ".join(text[:limit * 4 + 16].split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def show_value(value):
+    """A short, safe rendering of an option value for a message (never raises)."""
+    if isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int) and abs(value) >= 10 ** 15:
+        return "an integer of about %d digits" % int(value.bit_length() * 0.30103 + 1)
+    if isinstance(value, float):
+        return repr(value)
+    return short(repr(value), 60)
+
+
+def _fmt(number):
+    """``120`` for 120.0, ``1000000`` for 1e6, ``0.5`` for 0.5 (for messages)."""
+    if number == int(number) and abs(number) < 10 ** 15:
+        return "%d" % number
+    return "%g" % number
+
+
+def check_number(name, value, low, high, integer=False, unit=""):
+    """Convert an option value to a number in [``low``, ``high``]. Returns ``(number, None)`` or
+    ``(None, message)``; never raises.
+
+    Accepted: int, float and ASCII decimal strings (``"30"``, ``"2.5"``, ``"1e3"``). Refused with a
+    message that names the option and the range: booleans, NaN, infinities, numbers out of range,
+    non-integers where an integer is expected, non-ASCII digits, anything else.
+    """
+    kind = "an integer" if integer else "a number"
+    expected = "%s must be %s from %s to %s%s" % (name, kind, _fmt(low), _fmt(high), unit and " " + unit)
+    if isinstance(value, bool) or value is None:
+        return None, "%s, got %s" % (expected, show_value(value))
+    if isinstance(value, str):
+        text = value.strip()
+        if len(text) > 64 or not _ASCII_NUMBER.match(text):
+            return None, "%s, got %s" % (expected, show_value(value))
+        value = float(text)  # a matched ASCII number: never raises (huge -> inf)
+    if isinstance(value, int):
+        if value < low or value > high:
+            return None, "%s, got %s" % (expected, show_value(value))
+        return (int(value) if integer else float(value)), None
+    if not isinstance(value, float):
+        return None, "%s, got %s" % (expected, show_value(value))
+    if math.isnan(value) or math.isinf(value) or value < low or value > high:
+        return None, "%s, got %s" % (expected, show_value(value))
+    if integer:
+        if value != math.floor(value):
+            return None, "%s (a whole number), got %s" % (expected, show_value(value))
+        return int(value), None
+    return value, None
+
+
+def check_url(url):
+    """None when ``url`` is a usable ``http(s)://host[:port][/path]`` base URL, else a message."""
+    if not isinstance(url, str) or not url:
+        return "url must be a base URL such as http://127.0.0.1:8000, got %s" % show_value(url)
+    if any(ord(c) < 33 or ord(c) == 127 for c in url):
+        return "url must not contain spaces or control characters, got %s" % show_value(url)
+    if not url.startswith(("http://", "https://")):
+        return "url must start with http:// or https://, got %s" % show_value(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError when out of range or not a number
+    except ValueError as exc:
+        return "url has a bad host or port (%s), got %s" % (short(exc, 80), show_value(url))
+    if not parts.hostname:
+        return "url has no host name, got %s" % show_value(url)
+    if port == 0:
+        return "url has port 0, got %s" % show_value(url)
+    if parts.query or parts.fragment:
+        return "url must be a base URL without ?query or #fragment, got %s" % show_value(url)
+    return None
+
+
+def check_name(name, value, pattern, expected):
+    """None when ``value`` is empty or fully matches ``pattern``, else a message."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > 255 or not re.match(pattern + r"\Z", value):
+        return "%s must be %s, got %s" % (name, expected, show_value(value))
+    return None
 
 
 def join_url(base, path):
@@ -71,12 +199,72 @@ def redact(text, secrets):
     return text
 
 
+class Deadline:
+    """A point in time ``seconds`` from now on ``clock``; ``remaining()`` may go negative."""
+
+    def __init__(self, seconds, clock=time.monotonic):
+        self.seconds = seconds
+        self.clock = clock
+        self.ends = clock() + seconds
+
+    def remaining(self):
+        return self.ends - self.clock()
+
+    def expired(self):
+        return self.remaining() <= 0
+
+
+def timeout_message(url, seconds):
+    return "no complete answer from %s within %s s" % (url, _fmt(seconds))
+
+
 class _Unreachable(Exception):
     """No HTTP answer: refused, reset, timed out, bad URL."""
 
+    def __init__(self, message, timed_out=False):
+        Exception.__init__(self, message)
+        self.timed_out = timed_out
+
+
+class _Watchdog:
+    """Ends one request when its total time is up by shutting its socket down from a timer thread.
+
+    Every blocking call on the socket (connect, TLS handshake, send, each read) then returns at
+    once; the reader sees ``fired`` and reports the timeout. The flag is set before the socket is
+    looked up, and the request checks the flag after its socket exists, so no order of the two
+    threads lets a request run on past its deadline.
+    """
+
+    def __init__(self, seconds):
+        self.fired = False
+        self.connection = None
+        self._timer = threading.Timer(max(float(seconds), 0.0), self._fire)
+        self._timer.daemon = True
+
+    def start(self):
+        self._timer.start()
+
+    def _fire(self):
+        self.fired = True
+        sock = getattr(self.connection, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except (OSError, ValueError):
+                pass
+
+    def stop(self):
+        self._timer.cancel()
+
 
 def _open(method, url, body=None, headers=None, timeout=10.0):
-    """Send one request with http.client; returns ``(connection, response)``, raises _Unreachable."""
+    """Send one request; returns ``(connection, response, watchdog)``, raises _Unreachable.
+
+    ``timeout`` bounds the whole exchange, the body included: the caller reads the body and then
+    calls ``watchdog.stop()`` and ``connection.close()``.
+    """
+    watchdog = _Watchdog(timeout)
+    connection = None
     try:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -89,17 +277,60 @@ def _open(method, url, body=None, headers=None, timeout=10.0):
                                          context=ssl.create_default_context())
         else:
             connection = HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+        watchdog.connection = connection
+        watchdog.start()
         connection.request(method, path, body=body, headers=dict(headers or {}))
-        return connection, connection.getresponse()
+        if watchdog.fired:
+            raise socket.timeout("timed out")
+        return connection, connection.getresponse(), watchdog
     except (socket.timeout, OSError, ValueError, HTTPException) as exc:
+        watchdog.stop()
+        if connection is not None:
+            connection.close()
+        if watchdog.fired or isinstance(exc, socket.timeout):
+            raise _Unreachable(timeout_message(url, timeout), timed_out=True)
         raise _Unreachable("cannot reach %s: %s" % (url, short(exc, 200) or exc.__class__.__name__))
 
 
-def http_request(method, url, payload=None, headers=None, timeout=10.0):
+def _read_pieces(response, limit, state):
+    """Yield what the server sends, piece by piece, at most ``limit`` bytes in all.
+
+    Stops quietly at the end of the body; a read error, a body cut short or a body over the limit
+    ends it with ``state["error"]`` set.
+    """
+    total = 0
+    while True:
+        try:
+            piece = response.read1(READ_SIZE)
+        except (socket.timeout, OSError, ValueError, HTTPException) as exc:
+            state["error"] = "reading the answer failed: %s" % (short(exc, 200) or exc.__class__.__name__)
+            return
+        if not piece:
+            left = getattr(response, "length", None)
+            if isinstance(left, int) and left > 0:  # Content-Length promised more than came
+                state["error"] = "the answer ended %d bytes before its Content-Length" % left
+            return
+        total += len(piece)
+        if total > limit:
+            state["error"] = "the answer is larger than %d bytes; stopped reading" % limit
+            return
+        yield piece
+
+
+def _read_body(response, limit):
+    """``(body, error)`` of a whole (bounded) response body."""
+    state = {"error": None}
+    body = b"".join(_read_pieces(response, limit, state))
+    return body, state["error"]
+
+
+def http_request(method, url, payload=None, headers=None, timeout=10.0, limit=MAX_BODY_BYTES):
     """Send one request. Returns ``(status, body_bytes, error)``.
 
-    ``status`` is the HTTP status (also for 4xx/5xx answers) or None when no answer came
-    (refused, reset, timeout, bad URL); ``error`` then says why. Never raises for those.
+    ``status`` is the HTTP status (also for 4xx/5xx answers) or None when no complete answer came
+    (refused, reset, bad URL, a body larger than ``limit`` bytes, or not all of it within
+    ``timeout`` seconds, which bound the whole request); ``error`` then says why. Never raises for
+    those.
     """
     data = None
     all_headers = dict(headers or {})
@@ -107,25 +338,61 @@ def http_request(method, url, payload=None, headers=None, timeout=10.0):
         data = json.dumps(payload).encode("utf-8")
         all_headers["Content-Type"] = "application/json"
     try:
-        connection, response = _open(method, url, data, all_headers, timeout)
+        connection, response, watchdog = _open(method, url, data, all_headers, timeout)
     except _Unreachable as exc:
         return None, b"", str(exc)
     try:
-        return response.status, response.read(), None
-    except (socket.timeout, OSError, HTTPException) as exc:
-        return None, b"", "reading %s failed: %s" % (url, short(exc, 200) or exc.__class__.__name__)
+        body, error = _read_body(response, limit)
+        if watchdog.fired:
+            return None, b"", timeout_message(url, timeout)
+        if error:
+            return None, b"", "%s: %s" % (url, error)
+        return response.status, body, None
     finally:
+        watchdog.stop()
         connection.close()
 
 
 def parse_json(body):
-    """``(object, None)`` or ``(None, error)`` for a response body."""
+    """``(object, None)`` or ``(None, error)`` for a response body. Never raises (deep nesting,
+    bad UTF-8 and numbers too long to convert are errors)."""
     try:
         if isinstance(body, bytes):
             body = body.decode("utf-8")
         return json.loads(body), None
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError, TypeError) as exc:
         return None, "not JSON (%s): %s" % (short(exc, 80), short(body, 120))
+
+
+def error_message(body):
+    """The message of an error answer: vLLM 0.8.5's flat ``{"object": "error", "message", "type",
+    "code"}``, newer releases' nested ``{"error": {"message", ...}}``, the API key middleware's
+    ``{"error": "Unauthorized"}``, FastAPI's ``{"detail": ...}``; else the start of the body.
+    ``body`` is bytes, text or an already parsed object."""
+    obj = body
+    if isinstance(body, (bytes, str)):
+        obj, error = parse_json(body)
+        if error:
+            return short(body) or "(empty body)"
+    if isinstance(obj, dict):
+        inner = obj.get("error")
+        if isinstance(inner, str) and inner:
+            return short(inner)
+        if isinstance(inner, dict):
+            obj = inner
+        message = obj.get("message")
+        if message is None:
+            message = obj.get("detail")
+        if isinstance(message, str) and message:
+            extra = [str(obj[key]) for key in ("type", "code")
+                     if isinstance(obj.get(key), (str, int)) and not isinstance(obj.get(key), bool)]
+            return short(message) + (" (%s)" % short(", ".join(extra), 80) if extra else "")
+        if message is not None:
+            return short(json.dumps(message, default=str))
+    try:
+        return short(json.dumps(obj, default=str))
+    except (ValueError, TypeError, RecursionError):
+        return short(repr(obj))
 
 
 def model_ids(listing):
@@ -151,22 +418,43 @@ def chat_body(model, prompt, max_tokens=16, temperature=0.7, stream=True):
     return body
 
 
-def _split_lines(items):
-    """Each item (one read of the stream, bytes or str) as lines without their line ends."""
-    for raw in items:
-        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-        yield from text.splitlines()
+def iter_lines(pieces, max_line=MAX_LINE_BYTES):
+    """Lines (text, without their line ends) from pieces of a byte stream (bytes or str).
+
+    Pieces may split lines and UTF-8 characters anywhere. Lines end at CRLF, LF or CR only (the
+    SSE rule): unlike ``str.splitlines`` a U+2028 or U+0085 inside a JSON string (vLLM sends
+    non-ASCII text unescaped) does not cut a line. Bytes that are not UTF-8 become U+FFFD. A line
+    longer than ``max_line`` bytes raises ValueError.
+    """
+    pending = b""
+    for piece in pieces:
+        if isinstance(piece, str):
+            piece = piece.encode("utf-8", "surrogatepass")
+        pending += piece
+        start = 0
+        while True:
+            match = _LINE_END.search(pending, start)
+            if match is None or (match.group() == b"\r" and match.end() == len(pending)):
+                break  # no line end yet, or a CR that may be the first half of a CRLF
+            yield pending[start:match.start()].decode("utf-8", "replace")
+            start = match.end()
+        pending = pending[start:]
+        if len(pending) > max_line:
+            raise ValueError("a line of the stream is longer than %d bytes" % max_line)
+    if pending:
+        for line in _LINE_END.split(pending):
+            if line:
+                yield line.decode("utf-8", "replace")
 
 
-def iter_sse_data(lines):
-    """Yield the ``data`` of each server-sent event from an iterable of lines (bytes or str).
+def iter_sse_data(pieces):
+    """Yield the ``data`` of each server-sent event from pieces of the stream (bytes or str).
 
-    Lines of one event are joined with newlines; comments (``:``) and other fields are
-    skipped; an event ends at a blank line or at the end of the input.
+    Lines of one event are joined with newlines; comments (``:``, e.g. keep-alive pings) and other
+    fields are skipped; an event ends at a blank line or at the end of the input.
     """
     data = []
-    for raw in _split_lines(lines):
-        line = raw
+    for line in iter_lines(pieces):
         if not line:
             if data:
                 yield "\n".join(data)
@@ -190,7 +478,8 @@ def delta_text(chunk):
     if not isinstance(chunk, dict):
         return ""
     parts = []
-    for choice in chunk.get("choices") or []:
+    choices = chunk.get("choices")
+    for choice in choices if isinstance(choices, list) else []:
         if not isinstance(choice, dict):
             continue
         for holder in (choice.get("delta"), choice.get("message")):
@@ -202,61 +491,91 @@ def delta_text(chunk):
 
 
 def _finish_reason(chunk):
-    for choice in (chunk.get("choices") or []) if isinstance(chunk, dict) else []:
-        if isinstance(choice, dict) and choice.get("finish_reason"):
+    choices = chunk.get("choices") if isinstance(chunk, dict) else None
+    for choice in choices if isinstance(choices, list) else []:
+        if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
             return choice["finish_reason"]
     return None
 
 
 def _usage_tokens(obj):
+    """``usage.completion_tokens`` when it is a plausible count (an int, not a bool, not NaN)."""
     usage = obj.get("usage") if isinstance(obj, dict) else None
-    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-        return usage["completion_tokens"]
+    count = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= MAX_TOKEN_COUNT:
+        return count
     return None
 
 
 def read_chat_stream(lines, started, clock=time.monotonic):
-    """Read a streamed chat completion. ``started``: ``clock()`` when the request was sent.
+    """Read a streamed chat (or text) completion. ``lines``: pieces of the stream (bytes or str);
+    ``started``: ``clock()`` when the request was sent.
 
-    Returns ``{text, tokens, content_chunks, chunks, ttft_s, done, finish_reason, error}``;
-    ``tokens`` is the server's ``completion_tokens`` when it sent usage, else the number of chunks
-    that carried text; ``ttft_s`` is the time to the first chunk with text (None without one).
+    Returns ``{text, tokens, content_chunks, chunks, ttft_s, done, finish_reason, error,
+    usage_tokens}``. ``tokens`` is the server's ``completion_tokens`` when it sent usage, else the
+    number of chunks that carried text; ``ttft_s`` is the time to the first chunk with non-empty
+    text (None without one). Chunks with empty text (the role chunk, the detokenizer holding back
+    an incomplete UTF-8 character) count for neither. ``text`` keeps the first KEEP_TEXT characters.
     """
     result = {"text": "", "tokens": 0, "content_chunks": 0, "chunks": 0, "ttft_s": None,
               "done": False, "finish_reason": None, "error": None, "usage_tokens": None}
     pieces = []
-    for data in iter_sse_data(lines):
-        if data.strip() == "[DONE]":
-            result["done"] = True
-            break
-        chunk, error = parse_json(data)
-        if error:
-            result["error"] = "stream chunk %s" % error
-            break
-        if isinstance(chunk, dict) and chunk.get("error"):
-            result["error"] = "server error in stream: %s" % short(json.dumps(chunk["error"]), 200)
-            break
-        result["chunks"] += 1
-        text = delta_text(chunk)
-        if text:
-            if result["ttft_s"] is None:
-                result["ttft_s"] = round(clock() - started, 4)
-            result["content_chunks"] += 1
-            pieces.append(text)
-        result["finish_reason"] = _finish_reason(chunk) or result["finish_reason"]
-        usage = _usage_tokens(chunk)
-        if usage is not None:
-            result["usage_tokens"] = usage
+    kept = 0
+    try:
+        for data in iter_sse_data(lines):
+            if data.strip() == "[DONE]":
+                result["done"] = True
+                break
+            chunk, error = parse_json(data)
+            if error:
+                result["error"] = "stream chunk %s" % error
+                break
+            if isinstance(chunk, dict) and chunk.get("error"):
+                result["error"] = "server error in stream: %s" % error_message(chunk)
+                break
+            result["chunks"] += 1
+            text = delta_text(chunk)
+            if text:
+                if result["ttft_s"] is None:
+                    result["ttft_s"] = round(clock() - started, 4)
+                result["content_chunks"] += 1
+                if kept < KEEP_TEXT:
+                    pieces.append(text[:KEEP_TEXT - kept])
+                    kept += len(pieces[-1])
+            result["finish_reason"] = _finish_reason(chunk) or result["finish_reason"]
+            usage = _usage_tokens(chunk)
+            if usage is not None:
+                result["usage_tokens"] = usage
+    except ValueError as exc:  # a line over MAX_LINE_BYTES
+        result["error"] = "stream: %s" % short(exc, 200)
     result["text"] = "".join(pieces)
     result["tokens"] = result["usage_tokens"] if result["usage_tokens"] is not None else result["content_chunks"]
     return result
 
 
-def chat_completion(url, body, headers=None, timeout=120.0, clock=time.monotonic):
+def _plain_answer(outcome, body, started, clock):
+    answer, error = parse_json(body)
+    if error:
+        outcome["error"] = "completion %s" % error
+        return
+    if isinstance(answer, dict) and answer.get("error"):
+        outcome["error"] = "server error: %s" % error_message(answer)
+        return
+    text = delta_text(answer)
+    usage = _usage_tokens(answer)
+    outcome.update(text=text[:KEEP_TEXT], tokens=usage if usage is not None else (1 if text else 0),
+                   finish_reason=_finish_reason(answer), done=True)
+    if text:
+        # Without streaming the first token arrives with the whole answer.
+        outcome["ttft_s"] = round(clock() - started, 4)
+
+
+def chat_completion(url, body, headers=None, timeout=120.0, clock=time.monotonic, limit=MAX_STREAM_BYTES):
     """POST one chat completion (streamed or not) and measure it.
 
-    Returns ``{status, text, tokens, ttft_s, latency_s, finish_reason, error}``; ``error`` is None
-    when the server answered 200 with a readable body (it may still hold no tokens).
+    ``timeout`` bounds the whole request, the stream included. Returns ``{status, text, tokens,
+    ttft_s, latency_s, finish_reason, done, timed_out, error}``; ``error`` is None when the server
+    answered 200 with a complete, readable body (it may still hold no tokens).
     """
     all_headers = dict(headers or {})
     all_headers["Content-Type"] = "application/json"
@@ -264,53 +583,82 @@ def chat_completion(url, body, headers=None, timeout=120.0, clock=time.monotonic
         all_headers["Accept"] = "text/event-stream"
     started = clock()
     outcome = {"status": None, "text": "", "tokens": 0, "ttft_s": None, "latency_s": None,
-               "finish_reason": None, "error": None}
+               "finish_reason": None, "done": False, "timed_out": False, "error": None}
     try:
-        connection, response = _open("POST", url, json.dumps(body).encode("utf-8"), all_headers, timeout)
+        connection, response, watchdog = _open("POST", url, json.dumps(body).encode("utf-8"), all_headers, timeout)
     except _Unreachable as exc:
-        outcome.update(latency_s=round(clock() - started, 4), error=str(exc))
+        outcome.update(latency_s=round(clock() - started, 4), error=str(exc), timed_out=exc.timed_out)
         return outcome
     try:
         outcome["status"] = response.status
+        ctype = (response.getheader("Content-Type") or "").lower()
         if response.status != 200:
-            outcome["error"] = "HTTP %s: %s" % (response.status, short(response.read()))
-        elif body.get("stream"):
-            streamed = read_chat_stream(response, started, clock)
+            answer, error = _read_body(response, MAX_BODY_BYTES)
+            outcome["error"] = "HTTP %s: %s" % (response.status, error_message(answer) if not error else error)
+        elif body.get("stream") and not ctype.startswith("application/json"):
+            state = {"error": None}
+            streamed = read_chat_stream(_read_pieces(response, limit, state), started, clock)
             outcome.update(text=streamed["text"], tokens=streamed["tokens"], ttft_s=streamed["ttft_s"],
-                           finish_reason=streamed["finish_reason"], error=streamed["error"])
+                           finish_reason=streamed["finish_reason"], done=streamed["done"],
+                           error=state["error"] or streamed["error"])  # a cut stream: the cause first
         else:
-            answer, error = parse_json(response.read())
+            answer, error = _read_body(response, MAX_BODY_BYTES)
             if error:
-                outcome["error"] = "completion %s" % error
+                outcome["error"] = error
             else:
-                text = delta_text(answer)
-                usage = _usage_tokens(answer)
-                outcome.update(text=text, tokens=usage if usage is not None else (1 if text else 0),
-                               finish_reason=_finish_reason(answer))
-                if text:
-                    # Without streaming the first token arrives with the whole answer.
-                    outcome["ttft_s"] = round(clock() - started, 4)
-    except (socket.timeout, OSError, HTTPException) as exc:
-        outcome["error"] = "reading the answer failed: %s" % (short(exc, 200) or exc.__class__.__name__)
+                _plain_answer(outcome, answer, started, clock)
+        if watchdog.fired and not outcome["done"]:
+            outcome["timed_out"] = True
+            outcome["error"] = "%s (%d token(s) so far)" % (timeout_message(url, timeout), outcome["tokens"] or 0)
     finally:
+        watchdog.stop()
         connection.close()
     outcome["latency_s"] = round(clock() - started, 4)
     return outcome
 
 
-def metric_names(text):
-    """Metric names in a Prometheus text exposition (``# HELP``/``# TYPE`` lines skipped)."""
+_SAMPLE_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def metric_samples(text):
+    """``[(name, labels)]`` of the samples in a Prometheus text exposition.
+
+    ``# HELP``/``# TYPE`` and malformed lines are skipped; labels may come in any order and with
+    any values (vLLM 0.8.5: ``{model_name="quasar",engine="0"}``; metrics.http, newer:
+    ``{engine="0",model_name="quasar"}``).
+    """
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
-    names = set()
+    samples = []
     for line in (text or "").splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name:
-            names.add(name)
-    return sorted(names)
+        match = _SAMPLE_NAME.match(line)
+        if not match:
+            continue
+        name, rest, labels = match.group(), line[match.end():], {}
+        if rest.startswith("{"):
+            position = 1
+            while True:
+                label = _LABEL.match(rest, position)
+                if not label:
+                    break
+                labels[label.group(1)] = label.group(2).replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+                position = label.end()
+            if not rest.startswith("}", position):
+                continue
+            rest = rest[position + 1:]
+        if not rest[:1].isspace() or not rest.split():
+            continue
+        samples.append((name, labels))
+    return samples
+
+
+def metric_names(text):
+    """Metric names in a Prometheus text exposition (``# HELP``/``# TYPE`` lines skipped)."""
+    return sorted(set(name for name, _labels in metric_samples(text)))
 
 
 def progress_line(elapsed, status, container):
@@ -327,7 +675,7 @@ def progress_line(elapsed, status, container):
 
 
 def wait_for_health(probe_health, probe_container=None, timeout=1800.0, interval=5.0, progress_every=30.0,
-                    clock=time.monotonic, sleep=time.sleep):
+                    clock=time.monotonic, sleep=time.sleep, max_lines=MAX_PROGRESS_LINES):
     """Poll until ``/health`` answers 200, the container died, or ``timeout`` seconds passed.
 
     ``probe_health()`` returns ``(status, error)`` like ``http_request``; ``probe_container()``
@@ -335,34 +683,49 @@ def wait_for_health(probe_health, probe_container=None, timeout=1800.0, interval
     at once (the container exited, or its unit restarted it). Returns ``{ok, reason, elapsed_s,
     attempts, status, container, progress}``; ``reason`` is ``healthy``, ``container_exited`` or
     ``timeout``; ``progress`` holds one line at the start, then one every ``progress_every``
-    seconds, and the last state.
+    seconds, and the last state; at most ``max_lines`` of them (the first, a note of how many
+    were left out, the newest).
     """
     start = clock()
     attempts = 0
     progress = []
+    dropped = [0]
     next_progress = 0.0
     container = None
     status_text = "not asked yet"
+
+    def note(line):
+        progress.append(line)
+        if len(progress) > max(max_lines, 3):
+            del progress[1]
+            dropped[0] += 1
+
+    def done(result):
+        if dropped[0]:
+            progress.insert(1, "(%d progress lines left out)" % dropped[0])
+        result["progress"] = progress
+        return result
+
     while True:
         attempts += 1
         status, error = probe_health()
         elapsed = clock() - start
         status_text = "HTTP %s" % status if status is not None else (error or "no answer")
         if status == 200:
-            progress.append(progress_line(elapsed, status_text, container))
-            return {"ok": True, "reason": "healthy", "elapsed_s": round(elapsed, 3), "attempts": attempts,
-                    "status": status, "container": container, "progress": progress}
+            note(progress_line(elapsed, status_text, container))
+            return done({"ok": True, "reason": "healthy", "elapsed_s": round(elapsed, 3), "attempts": attempts,
+                         "status": status, "container": container})
         container = probe_container() if probe_container else None
         if container and container.get("state") in DEAD_STATES:
-            progress.append(progress_line(elapsed, status_text, container))
-            return {"ok": False, "reason": "container_exited", "elapsed_s": round(elapsed, 3),
-                    "attempts": attempts, "status": status, "container": container, "progress": progress}
+            note(progress_line(elapsed, status_text, container))
+            return done({"ok": False, "reason": "container_exited", "elapsed_s": round(elapsed, 3),
+                         "attempts": attempts, "status": status, "container": container})
         if elapsed >= next_progress:
-            progress.append(progress_line(elapsed, status_text, container))
+            note(progress_line(elapsed, status_text, container))
             next_progress = elapsed + progress_every
         if elapsed + interval > timeout:
             if not progress or not progress[-1].startswith("elapsed %d s" % int(elapsed)):
-                progress.append(progress_line(elapsed, status_text, container))
-            return {"ok": False, "reason": "timeout", "elapsed_s": round(elapsed, 3), "attempts": attempts,
-                    "status": status, "container": container, "progress": progress}
+                note(progress_line(elapsed, status_text, container))
+            return done({"ok": False, "reason": "timeout", "elapsed_s": round(elapsed, 3), "attempts": attempts,
+                         "status": status, "container": container})
         sleep(interval)

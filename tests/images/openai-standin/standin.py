@@ -18,7 +18,31 @@ Behaviour knobs (environment):
   STANDIN_VERSION=V       what /version reports and the startup log shows
   STANDIN_COMPUTE_CAPABILITY=N  the GPU it plays (default 70, a V100): an NVFP4 checkpoint needs 100
                           and is refused at start the way vLLM 0.8.5 refuses it (vllm/config.py:3803-3809)
-Standard library only.
+  STANDIN_ERROR_FORMAT=F  "flat" (default, vLLM 0.8.5) or "nested" (newer releases) error bodies
+
+It answers like a real vLLM server (the recorded answers in /work/shared/reference/vllm-http/ and
+the vLLM sources named below; all verified):
+- HTTP/1.1 with keep-alive (idle connections closed after 5 s, vllm-0.8.5
+  vllm/entrypoints/openai/api_server.py:97 TIMEOUT_KEEP_ALIVE); plain answers carry Content-Length,
+  streams use Transfer-Encoding: chunked (chat_stream_*.http); an HTTP/1.0 client gets the stream
+  without chunking and the connection closed.
+- streams carry chunks with empty text in the middle (the detokenizer holds back text ending in an
+  incomplete UTF-8 character, vllm-0.8.5 vllm/transformers_utils/detokenizer_utils.py:180); with
+  finish_reason "length" the last token and the finish reason share one chunk
+  (vllm-0.8.5 vllm/entrypoints/openai/serving_chat.py:763-830; chat_stream_nousage.http); with
+  stream_options.include_usage a last chunk has "choices": [] and "usage"; then data: [DONE].
+- max_tokens 0 (or below 1) is a 400 (vllm-0.8.5 vllm/sampling_params.py:420-422; chat_maxtokens0.http).
+- error bodies: flat {"object": "error", "message", "type", "param", "code"} as 0.8.5 sends them
+  (vllm-0.8.5 vllm/entrypoints/openai/protocol.py:79-84, serving_engine.py:103-110); nested
+  {"error": {"message", "type", "param", "code"}} as newer releases do (vllm-0.19.1
+  vllm/entrypoints/openai/engine/protocol.py:58-66; chat_maxtokens0.http, chat_wrongmodel.http
+  recorded from a newer release). A missing or wrong key: 401 {"error": "Unauthorized"} in both
+  (models_nokey.http); an unknown route: 404 {"detail": "Not Found"} (notfound.http); a method a
+  route does not take (HEAD /health): 405 {"detail": "Method Not Allowed"} with Allow
+  (health_head.http).
+- metrics carry the model_name and engine labels (vllm-0.8.5 vllm/v1/metrics/loggers.py:141-145,
+  in that order; metrics.http).
+Standard library only; Python 3.11 (Debian bookworm's python3).
 """
 
 import argparse
@@ -32,7 +56,15 @@ import uuid
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from socketserver import ThreadingMixIn
 
-WORDS = ["ready", "and", "serving", "from", "the", "stand-in", "server", "on", "port", "8000"]
+# The text each generated token adds. "" is a token whose text the detokenizer holds back (it ends
+# in an incomplete UTF-8 character); the whole character comes with the next token.
+PIECES = ["ready", " and", " serving", "", " caf\u00e9", " from", " the", "", " stand-in", " \u2713", " server",
+          " on", " port", " 8000"]
+# The routes and the methods they take (vllm-0.8.5 vllm/entrypoints/openai/api_server.py:339-342, 391-489).
+ROUTES = {"/health": ("GET",), "/ping": ("GET", "POST"), "/version": ("GET",), "/v1/models": ("GET",),
+          "/metrics": ("GET",), "/v1/chat/completions": ("POST",), "/v1/completions": ("POST",)}
+# Largest request body read (uvicorn has no such limit; a test fixture needs one).
+MAX_REQUEST = 16 * 1024 * 1024
 STATS = {"requests": 0, "generation_tokens": 0, "prompt_tokens": 0, "ttft_sum": 0.0}
 LOCK = threading.Lock()
 
@@ -85,6 +117,8 @@ def build_parser():
     parser.add_argument("--trust-remote-code", action="store_true")
     parser.add_argument("--disable-custom-all-reduce", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
+    # vLLM takes a file path or the template itself (vllm@0.8.5: vllm/entrypoints/openai/cli_args.py).
+    parser.add_argument("--chat-template", default=None)
     return parser
 
 
@@ -93,66 +127,137 @@ class Server(ThreadingMixIn, HTTPServer):
     allow_reuse_address = True
 
 
+def model_len_limit(args):
+    """--max-model-len, else the checkpoint's max_position_embeddings, else 4096 (a stand-in's guess)."""
+    if args.max_model_len:
+        return args.max_model_len
+    try:
+        with open(os.path.join(args.model, "config.json")) as handle:
+            value = json.load(handle).get("max_position_embeddings")
+    except (IOError, OSError, ValueError, AttributeError):
+        value = None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 4096
+
+
 def make_handler(args, api_key, served):
     no_tokens = os.environ.get("STANDIN_NO_TOKENS", "") not in ("", "0")
     fail_health = os.environ.get("STANDIN_FAIL_HEALTH", "") not in ("", "0")
     version = os.environ.get("STANDIN_VERSION", "0.0.0-standin")
+    nested_errors = os.environ.get("STANDIN_ERROR_FORMAT", "flat").strip().lower() == "nested"
+    max_model_len = model_len_limit(args)
+    prompt_tokens = 8
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "standin"
+        protocol_version = "HTTP/1.1"  # keep-alive, chunked streams
+        timeout = 5  # an idle keep-alive connection is closed after 5 s, as vLLM 0.8.5's uvicorn does
 
         def log_message(self, fmt, *values):  # one line per request, never the headers
             log("%s - %s" % (self.address_string(), fmt % values))
 
-        def send_json(self, status, payload):
-            body = json.dumps(payload).encode("utf-8")
+        def send_body(self, status, body, content_type, headers=()):
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            if content_type:
+                self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
+            for name, value in headers:
+                self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(body)
+            if self.command != "HEAD":  # a HEAD answer has the headers of the body, not the body
+                self.wfile.write(body)
 
-        def error(self, status, message, kind):
-            self.send_json(status, {"object": "error", "message": message, "type": kind, "param": None,
-                                    "code": status})
+        def send_json(self, status, payload, headers=()):
+            # Compact and unescaped, like Starlette's JSONResponse (notfound.http: {"detail":"Not Found"}).
+            self.send_body(status, json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
+                           "application/json", headers)
 
-        def authorized(self):
-            if not api_key or not self.path.startswith("/v1"):
-                return True
-            if self.headers.get("Authorization", "") == "Bearer %s" % api_key:
-                return True
-            self.send_json(401, {"error": "Unauthorized"})
-            return False
+        def error(self, status, message, kind, param=None, value=None):
+            if nested_errors:
+                # Newer releases name the parameter, also in the message (vllm-0.19.1
+                # vllm/exceptions.py:29-36; chat_maxtokens0.http).
+                if param is not None and value is not None:
+                    message = "%s (parameter=%s, value=%s)" % (message, param, value)
+                self.send_json(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})
+            else:
+                # 0.8.5: create_error_response sets no param (serving_engine.py:103-110).
+                self.send_json(status, {"object": "error", "message": message, "type": kind, "param": None,
+                                        "code": status})
+
+        def read_body(self):
+            """The request body (Content-Length or chunked), always read whole so that the next request
+            on a keep-alive connection starts where it should; None when it cannot be read."""
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                parts, total = [], 0
+                while True:
+                    line = self.rfile.readline(1024)
+                    try:
+                        size = int(line.split(b";", 1)[0].strip() or b"x", 16)
+                    except ValueError:
+                        return None
+                    if size == 0:
+                        while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                            pass
+                        return b"".join(parts)
+                    total += size
+                    if total > MAX_REQUEST:
+                        return None
+                    parts.append(self.rfile.read(size))
+                    self.rfile.readline(1024)
+            try:
+                length = int(self.headers.get("Content-Length", "0") or 0)
+            except ValueError:
+                return None
+            if not 0 <= length <= MAX_REQUEST:
+                return None
+            return self.rfile.read(length) if length else b""
+
+        def route(self):
+            """The path, or None after answering 401 / 404 / 405 (vLLM's key check comes first)."""
+            path = self.path.split("?", 1)[0]
+            if api_key and path.startswith("/v1") and self.command != "OPTIONS" and \
+                    self.headers.get("Authorization", "") != "Bearer %s" % api_key:
+                self.send_json(401, {"error": "Unauthorized"})
+                return None
+            if path not in ROUTES:
+                self.send_json(404, {"detail": "Not Found"})
+                return None
+            if self.command not in ROUTES[path]:
+                self.send_json(405, {"detail": "Method Not Allowed"}, [("Allow", ", ".join(ROUTES[path]))])
+                return None
+            return path
+
+        def other_method(self):
+            if self.command in ("POST", "PUT", "PATCH", "DELETE") and self.read_body() is None:
+                self.close_connection = True
+            self.route()
+
+        do_HEAD = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = other_method  # noqa: N815
 
         def do_GET(self):  # noqa: N802 (http.server's naming)
-            if not self.authorized():
-                return
-            path = self.path.split("?", 1)[0]
-            if path == "/health":
+            path = self.route()
+            if path in ("/health", "/ping"):
                 if fail_health:
                     self.error(500, "engine is not healthy (STANDIN_FAIL_HEALTH)", "InternalServerError")
                 else:
-                    self.send_response(200)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
+                    self.send_body(200, b"", None)
             elif path == "/version":
                 self.send_json(200, {"version": version})
             elif path == "/v1/models":
                 self.send_json(200, {"object": "list", "data": [
                     {"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
-                     "root": args.model, "parent": None, "max_model_len": args.max_model_len}
+                     "root": args.model, "parent": None, "max_model_len": max_model_len}
                     for name in served]})
             elif path == "/metrics":
                 self.send_metrics()
-            else:
-                self.error(404, "Not Found", "NotFoundError")
 
         def send_metrics(self):
             with LOCK:
                 stats = dict(STATS)
-            label = 'model_name="%s"' % served[0]
+            # vLLM 0.8.5 names the labels model_name, engine (loggers.py:141-145); the text format
+            # writes them in that order.
+            label = 'model_name="%s",engine="0"' % served[0]
             lines = [
-                "# HELP vllm:num_requests_running Number of requests currently running.",
+                "# HELP vllm:num_requests_running Number of requests in model execution batches.",
                 "# TYPE vllm:num_requests_running gauge",
                 "vllm:num_requests_running{%s} 0.0" % label,
                 "# TYPE vllm:num_requests_waiting gauge",
@@ -168,47 +273,68 @@ def make_handler(args, api_key, served):
                 "vllm:time_to_first_token_seconds_count{%s} %d.0" % (label, stats["requests"]),
                 "vllm:time_to_first_token_seconds_sum{%s} %.4f" % (label, stats["ttft_sum"]),
             ]
-            body = ("\n".join(lines) + "\n").encode("utf-8")
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.send_body(200, ("\n".join(lines) + "\n").encode("utf-8"), "text/plain; version=0.0.4; charset=utf-8")
 
         def do_POST(self):  # noqa: N802
-            if not self.authorized():
+            raw = self.read_body()  # first, so that an early answer leaves the connection usable
+            if raw is None:
+                self.close_connection = True
+            path = self.route()
+            if path is None:
                 return
-            path = self.path.split("?", 1)[0]
-            if path not in ("/v1/chat/completions", "/v1/completions"):
-                self.error(404, "Not Found", "NotFoundError")
+            if path == "/ping":
+                self.do_GET()
                 return
             try:
-                length = int(self.headers.get("Content-Length", "0"))
-                request = json.loads(self.rfile.read(length).decode("utf-8"))
+                if raw is None:
+                    raise ValueError("the body cannot be read")
+                request = json.loads(raw.decode("utf-8"))
                 if not isinstance(request, dict):
                     raise ValueError("the body is not a JSON object")
             except ValueError as exc:
                 self.error(400, "invalid JSON body: %s" % exc, "BadRequestError")
                 return
             if request.get("model") not in served:
-                self.error(404, "The model `%s` does not exist." % request.get("model"), "NotFoundError")
+                self.error(404, "The model `%s` does not exist." % request.get("model"), "NotFoundError", "model")
                 return
             chat = path == "/v1/chat/completions"
             if chat and not isinstance(request.get("messages"), list):
-                self.error(400, "messages must be a list", "BadRequestError")
+                self.error(400, "messages must be a list", "BadRequestError", "messages")
                 return
-            max_tokens = request.get("max_tokens") or 16
-            if not isinstance(max_tokens, int) or max_tokens < 1:
-                self.error(400, "max_tokens must be a positive integer", "BadRequestError")
+            # vLLM 0.8.5 takes max_completion_tokens or max_tokens (protocol.py:429); a value below 1
+            # fails in SamplingParams (sampling_params.py:420-422). Absent, vLLM generates up to the end
+            # of the context for a chat; the stand-in stops at 16, like /v1/completions (protocol.py:740).
+            max_tokens = request.get("max_completion_tokens") or request.get("max_tokens")
+            if max_tokens is None:
+                max_tokens = 16
+            if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+                self.error(400, "max_tokens must be an integer, got %r" % (max_tokens,), "BadRequestError",
+                           "max_tokens")
+                return
+            if max_tokens < 1:
+                self.error(400, "max_tokens must be at least 1, got %d." % max_tokens, "BadRequestError",
+                           "max_tokens", max_tokens)
+                return
+            if prompt_tokens + max_tokens > max_model_len:  # vllm-0.8.5 serving_engine.py:258-265
+                numbers = (max_model_len, prompt_tokens + max_tokens, prompt_tokens, max_tokens)
+                self.error(400, "This model's maximum context length is %d tokens. However, you requested %d "
+                           "tokens (%d in the messages, %d in the completion). Please reduce the length of the "
+                           "messages or completion." % numbers, "BadRequestError")
                 return
             started = time.monotonic()
-            tokens = [] if no_tokens else [WORDS[i % len(WORDS)] + " " for i in range(max_tokens)]
+            tokens = [] if no_tokens else [PIECES[i % len(PIECES)] for i in range(max_tokens)]
             with LOCK:
                 STATS["requests"] += 1
                 STATS["generation_tokens"] += len(tokens)
-                STATS["prompt_tokens"] += 8
+                STATS["prompt_tokens"] += prompt_tokens
+            usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + len(tokens),
+                     "completion_tokens": len(tokens)}
             if request.get("stream"):
-                self.stream(request, tokens, chat, started)
+                try:
+                    self.stream(request, tokens, chat, started, usage)
+                except (BrokenPipeError, ConnectionResetError):
+                    log("the client went away during the stream")
+                    self.close_connection = True
             else:
                 text = "".join(tokens)
                 choice = ({"index": 0, "message": {"role": "assistant", "content": text},
@@ -217,20 +343,30 @@ def make_handler(args, api_key, served):
                 self.send_json(200, {"id": "chatcmpl-%s" % uuid.uuid4().hex, "object":
                                      "chat.completion" if chat else "text_completion",
                                      "created": int(time.time()), "model": request["model"], "choices": [choice],
-                                     "usage": {"prompt_tokens": 8, "completion_tokens": len(tokens),
-                                               "total_tokens": 8 + len(tokens)}})
+                                     "usage": usage})
 
-        def stream(self, request, tokens, chat, started):
+        def stream(self, request, tokens, chat, started, usage):
+            chunked = self.request_version != "HTTP/1.0"
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream; charset=utf-8")
             self.send_header("Cache-Control", "no-cache")
+            if chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+            else:  # an HTTP/1.0 client: the end of the stream is the end of the connection
+                self.send_header("Connection", "close")
+                self.close_connection = True
             self.end_headers()
-            ident = "chatcmpl-%s" % uuid.uuid4().hex
+            ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
             kind = "chat.completion.chunk" if chat else "text_completion"
 
-            def send(payload):
-                self.wfile.write(("data: %s\n\n" % json.dumps(payload)).encode("utf-8"))
+            def write(data):
+                if chunked:
+                    data = b"%x\r\n%s\r\n" % (len(data), data)
+                self.wfile.write(data)
                 self.wfile.flush()
+
+            def send(payload):
+                write(("data: %s\n\n" % json.dumps(payload, ensure_ascii=False, separators=(",", ":"))).encode("utf-8"))
 
             def chunk(delta_or_text, finish=None):
                 choice = {"index": 0, "finish_reason": finish}
@@ -248,15 +384,19 @@ def make_handler(args, api_key, served):
                 if index == 0:
                     with LOCK:
                         STATS["ttft_sum"] += time.monotonic() - started
-                send(chunk({"content": token} if chat else token))
-            send(chunk({} if chat else "", finish="length" if tokens else "stop"))
+                # The last token carries finish_reason "length" (it used up max_tokens).
+                finish = "length" if index == len(tokens) - 1 else None
+                send(chunk({"content": token} if chat else token, finish=finish))
+            if not tokens:
+                send(chunk({"content": ""} if chat else "", finish="stop"))
             options = request.get("stream_options") or {}
-            if options.get("include_usage"):
+            if isinstance(options, dict) and options.get("include_usage"):
                 send({"id": ident, "object": kind, "created": int(time.time()), "model": request["model"],
-                      "choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": len(tokens),
-                                               "total_tokens": 8 + len(tokens)}})
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
+                      "choices": [], "usage": usage})
+            write(b"data: [DONE]\n\n")
+            if chunked:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
 
     return Handler
 

@@ -176,6 +176,62 @@ def test_wait_for_health_times_out():
     assert result["progress"][-1].startswith("elapsed 10 s; /health: HTTP 500")
 
 
+def test_wait_for_health_keeps_the_first_and_the_newest_progress_lines():
+    clock = FakeClock()
+    result = O.wait_for_health(lambda: (None, "refused"), None, timeout=1000, interval=1, progress_every=1,
+                               clock=clock, sleep=clock.sleep, max_lines=10)
+    lines = result["progress"]
+    assert len(lines) == 11 and result["attempts"] == 1001   # at 0, 1, ... 1000 s
+    assert lines[0].startswith("elapsed 0 s;") and lines[1] == "(991 progress lines left out)"
+    assert lines[-1].startswith("elapsed 1000 s;")
+
+
+def test_deadline_counts_down_on_its_clock():
+    clock = FakeClock()
+    deadline = O.Deadline(10, clock)
+    clock.now = 4
+    assert deadline.remaining() == 6 and not deadline.expired()
+    clock.now = 10
+    assert deadline.expired() and deadline.remaining() == 0
+
+
+def test_iter_lines_handles_crlf_split_across_pieces_and_lone_cr():
+    assert list(O.iter_lines([b"a\r", b"\nb\rc\n", b"\r\n", b"d"])) == ["a", "b", "c", "", "d"]
+    assert list(O.iter_lines([b"caf\xc3", b"\xa9\n"])) == ["caf\u00e9"]   # a UTF-8 character split in two
+    with pytest.raises(ValueError):
+        list(O.iter_lines([b"x" * 20], max_line=10))
+
+
+def test_metric_samples_reads_labels_in_any_order_and_skips_garbage():
+    text = "\n".join([
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+        'vllm:num_requests_running{model_name="quasar",engine="0"} 0.0',
+        'vllm:num_requests_waiting{engine="0",model_name="quasar"} 1.0 1700000000000',
+        'vllm:weird{model_name="a \\"q\\" {b}",engine="0"} 2',
+        "process_open_fds 34.0",
+        "vllm:no_value{engine=\"0\"}",
+        "{broken} 1",
+        'vllm:unclosed{engine="0" 1',
+    ])
+    assert O.metric_samples(text) == [
+        ("vllm:num_requests_running", {"model_name": "quasar", "engine": "0"}),
+        ("vllm:num_requests_waiting", {"engine": "0", "model_name": "quasar"}),
+        ("vllm:weird", {"model_name": 'a "q" {b}', "engine": "0"}),
+        ("process_open_fds", {}),
+    ]
+    assert O.metric_names(text.encode()) == ["process_open_fds", "vllm:num_requests_running",
+                                             "vllm:num_requests_waiting", "vllm:weird"]
+
+
+def test_check_url_and_check_name():
+    assert O.check_url("http://127.0.0.1:8000") is None and O.check_url("https://h/base/") is None
+    assert O.check_url("10.0.0.1:8000").startswith("url must start with http:// or https://")
+    assert O.check_url("http://h:8000 ").startswith("url must not contain spaces")
+    assert O.check_url("http://:8000").startswith("url has no host name")
+    assert O.check_name("container", "vllm-a.1", r"[a-z0-9][a-z0-9.-]*", "x") is None
+    assert O.check_name("container", "-x", r"[a-z0-9][a-z0-9.-]*", "a name") == "container must be a name, got '-x'"
+
+
 def test_wait_for_health_missing_container_is_not_fatal():
     clock = FakeClock()
     answers = iter([(None, "refused"), (200, None)])
@@ -234,7 +290,7 @@ def server():
     _Handler.mode = "ok"
     _Handler.seen = []
     httpd = HTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield "http://127.0.0.1:%d" % httpd.server_address[1]
     httpd.shutdown()

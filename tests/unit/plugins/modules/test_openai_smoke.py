@@ -3,6 +3,7 @@
 import json
 import os
 import stat
+import time
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -70,7 +71,7 @@ class Handler(BaseHTTPRequestHandler):
 def server():
     Handler.config = {}
     httpd = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield "http://127.0.0.1:%d" % httpd.server_address[1]
     httpd.shutdown()
@@ -182,7 +183,7 @@ def test_running_container_state_in_progress(server, tmp_path, capsys):
 
 @pytest.mark.parametrize("args, text", [
     ({"url": "10.0.0.1:8000"}, "must start with http"),
-    ({"max_tokens": 0}, "max_tokens >= 1"),
+    ({"max_tokens": 0}, "max_tokens must be an integer from 1 to 1000000, got 0"),
 ])
 def test_bad_arguments(args, text, capsys):
     base = {"url": "http://127.0.0.1:9", "model": "quasar"}
@@ -194,3 +195,28 @@ def test_bad_arguments(args, text, capsys):
 def test_module_documents_itself():
     assert "openai_smoke" in openai_smoke.DOCUMENTATION
     assert os.path.basename(openai_smoke.__file__) == "openai_smoke.py"
+
+
+def test_overall_deadline_ends_the_run_with_the_budget_named(server, capsys, monkeypatch):
+    # A budget used up by the health wait: 0 + 3 x 1 - 3 = 0 s left for /v1/models.
+    monkeypatch.setattr(openai_smoke, "RUN_SLACK", -3)
+    rc, result, _raw = run_module(capsys, {"url": server, "model": "quasar", "health_timeout": 0,
+                                           "request_timeout": 1})
+    assert rc == 1
+    assert result["msg"] == ("The smoke test of %s used up its overall time (0 s = health_timeout 0 + 3 x "
+                             "request_timeout 1 + -3) before GET /v1/models; raise health_timeout or "
+                             "request_timeout" % server)
+    assert result["health"]["ok"] is True
+
+
+def test_hanging_docker_probe_is_bounded(tmp_path, capsys, monkeypatch):
+    docker = tmp_path / "docker"
+    docker.write_text("#!/bin/sh\nsleep 30\n")
+    docker.chmod(docker.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(openai_smoke, "COMMAND_TIMEOUT", 1)
+    began = time.monotonic()
+    rc, result, _raw = run_module(capsys, {"url": "http://127.0.0.1:9", "model": "quasar", "container": "vllm",
+                                           "docker_bin": str(docker), "health_timeout": 0})
+    # Two docker commands (inspect, logs), each ended after 1 s (+2 s kill grace at most).
+    assert rc == 1 and time.monotonic() - began < 8
+    assert "container missing" in result["msg"]
