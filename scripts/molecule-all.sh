@@ -15,6 +15,10 @@
 # named after their scenario (or by the scenario's own platform names), ephemeral directories are
 # per scenario, and what the scenarios build on the controller (the stand-in image tarballs,
 # tests/images/openai-standin/build.sh) is built under a lock; `make molecule` builds it first.
+#
+# The secrets the scenarios use are canaries (molecule/shared/secret-canaries, one per line): a
+# scenario whose output (Ansible's, at the verbosity and with the --diff its molecule.yml asks for)
+# holds one of them fails, whatever its own result.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "${top}" || exit 1
@@ -84,6 +88,12 @@ while [ "${next}" -lt ${#scenarios[@]} ] || [ "${running}" -gt 0 ]; do
   unset "pid_scenario[${done_pid}]"
   running=$((running - 1))
   secs=$(( $(date +%s) - ${started[${s}]} ))
+  if [ "${rc}" -eq 0 ] && [ -f molecule/shared/secret-canaries ] \
+      && grep -n -F -f <(grep -v '^#' molecule/shared/secret-canaries | grep .) "${logdir}/${s}.log" >"${logdir}/${s}.leaks"; then
+    echo "molecule-all.sh: ${s}: a secret canary appears in its output (lines in ${logdir#"${top}/"}/${s}.leaks):" \
+      "a task prints a secret" >>"${logdir}/${s}.log"
+    rc=1
+  fi
   if [ "${rc}" -eq 0 ]; then
     passed=$((passed + 1)); verdict=passed
     new_durations+=("${s} ${secs}")
