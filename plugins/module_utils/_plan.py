@@ -557,6 +557,7 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
     native = _judge_instances(**judge)
     serving = _serving_path(req, model, native, judge, fp16_copy)
     chosen = serving.pop("judged")
+    quiet = serving.pop("quiet", False)
     instances = chosen["instances"]
     first = chosen["first"]
     _add_unique(reasons, serving.pop("reasons"))
@@ -567,6 +568,9 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
 
     if not allowed:
         serving["path"] = None
+        if quiet:
+            # Refused for reasons that have nothing to do with how the checkpoint is served.
+            serving["why"] = None
     steps = _steps(req, driver_step, image, model, host, instances, reasons, allowed, serving)
     deployment = dict((k, req[k]) for k in ("image", "image_digest", "model_path", "served_model_name"))
     deployment["instance_names"] = [i["name"] for i in instances]
@@ -710,17 +714,20 @@ def _serving_path(req, model, native, judge, fp16_copy):
             "message": "request.serving_path is fp16_fallback, but the checkpoint at %s is not NVFP4 (quant_method %s) "
                        "and only NVFP4 checkpoints are dequantized: set request.serving_path to auto or native"
                        % (source, method)})
-        out["why"] = "native: the checkpoint is not NVFP4"
+        out["why"] = "the checkpoint is not NVFP4, so there is no FP16 fallback to take"
         return out
     forced = mode == "fp16_fallback"
     if not (forced or (mode == "auto" and nvfp4 and triggers)):
         if nvfp4 and triggers:
-            out["why"] = ("native, as request.serving_path says; the FP16 fallback was not considered (set "
+            out["why"] = ("as it is, as request.serving_path says; the FP16 fallback was not considered (set "
                           "request.serving_path to auto to let the gate plan it)")
         elif nvfp4:
-            out["why"] = "native: the image's vLLM has NVFP4 kernels for these GPUs"
+            out["why"] = "the image's vLLM has NVFP4 kernels for these GPUs"
+            out["quiet"] = True
         else:
-            out["why"] = "native: the checkpoint is served as it is (quantization %s)" % method
+            out["quiet"] = True
+            out["why"] = "the checkpoint is served as it is (%s)" % (
+                "quantization %s" % method if model.get("quant_method") else "not quantized")
         return out
 
     fb_model, fp16_bytes, params = _fallback_model(model)
@@ -767,7 +774,7 @@ def _serving_path(req, model, native, judge, fp16_copy):
         return out
     else:
         disk = "about %s goes to %s" % (_gb(fp16_bytes), dest)
-    out["why"] = ("fp16_fallback: %s; vllm_server dequantizes the checkpoint once with "
+    out["why"] = ("%s; vllm_server dequantizes the checkpoint once with "
                   "labfleet.vllm.nvfp4_dequantize and serves the FP16 copy without --quantization (%s)"
                   % (native_why, disk))
     out["warnings"].append({"code": "NVFP4_FP16_FALLBACK", "message": out["why"]})

@@ -159,7 +159,7 @@ def test_preflight_only_report_renders():
 
 
 def test_the_serving_path_and_the_fp16_copy_are_shown():
-    why = ("fp16_fallback: NVFP4 cannot be served natively here (QUANTIZATION_UNSUPPORTED_ON_ARCH); vllm_server "
+    why = ("NVFP4 cannot be served natively here (QUANTIZATION_UNSUPPORTED_ON_ARCH); vllm_server "
            "dequantizes the checkpoint once")
     preflight = {"verdict": "allowed", "state": "ok", "reasons": [], "warnings": [], "probe_only": False,
                  "serving_path": "fp16_fallback", "serving_why": why}

@@ -174,6 +174,11 @@ def test_an_unquantized_checkpoint_is_always_native():
     verdict = run(model=LLAMA_8B_BF16)
     assert verdict["allowed"] is True and verdict["serving_path"] == "native"
     assert verdict["serving"]["fp16_model_path"] is None
+    assert verdict["serving"]["why"] == "the checkpoint is served as it is (not quantized)"
+    # Refused for another reason (too little memory for 16 GB on one small GPU): the serving path says nothing.
+    small = dict(V100, memory_total_mib=8192)
+    refused = run(model=LLAMA_8B_BF16, gpus=[small], req=request(vllm_args=dict(ARGS, tensor_parallel_size=1)))
+    assert refused["allowed"] is False and refused["serving"]["why"] is None
 
 
 # --- the request's serving_path and fp16_model_path --------------------------------------------------
