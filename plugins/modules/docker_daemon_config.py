@@ -178,19 +178,17 @@ backup_file:
   sample: /etc/docker/daemon.json.12345.2026-11-29@10:00:00~
 """
 
-import decimal
 import errno
 import json
-import math
 import os
 import shlex
 import stat
 import tempfile
-import threading
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
+from ansible_collections.labfleet.vllm.plugins.module_utils._bounded import absurd_number, run_bounded
 from ansible_collections.labfleet.vllm.plugins.module_utils._daemon_json import (
     MAX_BYTES,
     DaemonJsonError,
@@ -204,7 +202,6 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._daemon_json import 
 )
 
 VALIDATE_TIMEOUT_MAX = 3600
-KILL_GRACE = 5
 
 _FILE_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -282,47 +279,6 @@ def write_temp(module, text):
     return name
 
 
-def run_bounded(module, command, limit):
-    """``module.run_command(command)`` stopped after ``limit`` seconds: (rc, out, err, timed_out).
-
-    A timer sends SIGTERM when the limit passes and SIGKILL KILL_GRACE seconds later; run_command
-    returns once the process is gone and its pipes are quiet.
-    """
-    timers = []
-    expired = []
-
-    def signal_process(process, kill):
-        try:
-            if kill:
-                process.kill()
-            else:
-                process.terminate()
-        except OSError:
-            pass
-
-    def arm(process):
-        def expire():
-            if process.poll() is not None:  # it ended just in time
-                return
-            expired.append(True)
-            signal_process(process, False)
-            later = threading.Timer(KILL_GRACE, signal_process, (process, True))
-            later.daemon = True
-            timers.append(later)
-            later.start()
-        timer = threading.Timer(limit, expire)
-        timer.daemon = True
-        timers.append(timer)
-        timer.start()
-
-    try:
-        rc, out, err = module.run_command(command, before_communicate_callback=arm)
-    finally:
-        for timer in list(timers):
-            timer.cancel()
-    return rc, out, err, bool(expired)
-
-
 def validate_content(module, path, temp_path):
     command = module.params["validate"]
     if "%s" not in command:
@@ -369,20 +325,6 @@ def argument_spec(int_type="int"):
     )
 
 
-def _absurd_number(value):
-    """Whether a raw option value is what breaks ansible-core's own int handling: an infinite
-    float, or a number (or numeric text) beyond any sane bound."""
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if isinstance(value, int):
-        return abs(value) >= 10 ** 30
-    try:
-        number = decimal.Decimal(value.strip())
-    except (AttributeError, ArithmeticError, ValueError):
-        return False
-    return not number.is_finite() or abs(number) >= 10 ** 30
-
-
 def make_module():
     """AnsibleModule, never a traceback. ansible-core raises for two numbers itself: OverflowError
     converting an infinite float to int (``indent: .inf``), and ValueError logging an int of more
@@ -393,7 +335,7 @@ def make_module():
     except (OverflowError, ValueError):
         module = AnsibleModule(argument_spec=argument_spec("raw"), add_file_common_args=True,
                                supports_check_mode=True)
-        names = [name for name in INT_OPTIONS if _absurd_number(module.params[name])]
+        names = [name for name in INT_OPTIONS if absurd_number(module.params[name])]
         module.fail_json(msg="%s must be a whole number (indent 0 to 8, validate_timeout 1 to %d), got an infinite "
                              "or absurdly large value; nothing was changed."
                              % (" and ".join(names) or "indent or validate_timeout", VALIDATE_TIMEOUT_MAX),

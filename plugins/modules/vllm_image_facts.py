@@ -259,16 +259,14 @@ image:
 """
 
 import binascii
-import decimal
 import json
-import math
 import os
 import platform
-import threading
 import unicodedata
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.labfleet.vllm.plugins.module_utils._bounded import absurd_number, run_bounded
 from ansible_collections.labfleet.vllm.plugins.module_utils._image import (
     GPU_CHECK_SCRIPT,
     PROBE_SCRIPT,
@@ -287,53 +285,9 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._image import (
 
 PROBE_LABEL = "org.labfleet.probe=vllm_image_facts"
 TIMEOUT_MAX = 3600
-KILL_GRACE = 5
 # docker rm -f of a container left behind by a stopped command: a short, fixed bound of its own.
 CLEANUP_TIMEOUT = 30
 INT_OPTIONS = ("timeout", "probe_timeout")
-
-
-def run_bounded(module, argv, limit):
-    """``module.run_command(argv)`` stopped after ``limit`` seconds: (rc, out, err, timed_out).
-
-    A timer sends SIGTERM when the limit passes (``docker run`` passes it on to the container,
-    --sig-proxy defaults to true: docker/cli docs/reference/commandline/container_run.md:100) and
-    SIGKILL KILL_GRACE seconds later; run_command returns once the process is gone and its pipes
-    are quiet.
-    """
-    timers = []
-    expired = []
-
-    def signal_process(process, kill):
-        try:
-            if kill:
-                process.kill()
-            else:
-                process.terminate()
-        except OSError:
-            pass
-
-    def arm(process):
-        def expire():
-            if process.poll() is not None:  # it ended just in time
-                return
-            expired.append(True)
-            signal_process(process, False)
-            later = threading.Timer(KILL_GRACE, signal_process, (process, True))
-            later.daemon = True
-            timers.append(later)
-            later.start()
-        timer = threading.Timer(limit, expire)
-        timer.daemon = True
-        timers.append(timer)
-        timer.start()
-
-    try:
-        rc, out, err = module.run_command(argv, before_communicate_callback=arm)
-    finally:
-        for timer in list(timers):
-            timer.cancel()
-    return rc, out, err, bool(expired)
 
 
 def container_name(kind):
@@ -542,20 +496,6 @@ def argument_spec(int_type="int"):
     )
 
 
-def _absurd_number(value):
-    """Whether a raw option value is what breaks ansible-core's own int handling: an infinite
-    float, or a number (or numeric text) beyond any sane bound."""
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if isinstance(value, int):
-        return abs(value) >= 10 ** 30
-    try:
-        number = decimal.Decimal(value.strip())
-    except (AttributeError, ArithmeticError, ValueError):
-        return False
-    return not number.is_finite() or abs(number) >= 10 ** 30
-
-
 def make_module():
     """AnsibleModule, never a traceback. ansible-core raises for two numbers itself: OverflowError
     converting an infinite float to int (``timeout: .inf``), and ValueError logging an int of more
@@ -565,7 +505,7 @@ def make_module():
         return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     except (OverflowError, ValueError):
         module = AnsibleModule(argument_spec=argument_spec("raw"), supports_check_mode=True)
-        names = [name for name in INT_OPTIONS if _absurd_number(module.params[name])]
+        names = [name for name in INT_OPTIONS if absurd_number(module.params[name])]
         module.fail_json(msg="%s must be a whole number of seconds from 1 to %d, got an infinite or absurdly large "
                              "value" % (" and ".join(names) or "timeout or probe_timeout", TIMEOUT_MAX))
 

@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.labfleet.vllm.plugins.module_utils._bounded import KILL_GRACE
 from ansible_collections.labfleet.vllm.plugins.module_utils import _daemon_json as D
 from ansible_collections.labfleet.vllm.plugins.module_utils import _image as I
 from ansible_collections.labfleet.vllm.plugins.modules import docker_daemon_config, vllm_image_facts
@@ -675,7 +676,7 @@ def test_docker_image_inspect_that_hangs_fails_within_the_timeout(tmp_path):
     docker = fake_docker(tmp_path, "exec sleep 60")
     rc, result, elapsed = call_module(vllm_image_facts, {"image": "vllm/vllm-openai:v0.8.5", "docker_bin": docker,
                                                          "timeout": 1})
-    assert elapsed < 1 + vllm_image_facts.KILL_GRACE + 3
+    assert elapsed < 1 + KILL_GRACE + 3
     assert rc == 1
     assert result["msg"] == ("vllm_image_facts: `docker image inspect` (reading the image on this host) did not finish "
                              "within 1 s and was stopped; raise timeout (now 1 s) if the Docker daemon is just slow, "
@@ -688,7 +689,7 @@ def test_a_docker_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     rc, result, elapsed = call_module(vllm_image_facts, {"image": "vllm/vllm-openai:v0.8.5", "docker_bin": docker,
                                                          "timeout": 1})
     assert rc == 1 and "did not finish within 1 s" in result["msg"]
-    assert elapsed < 1 + vllm_image_facts.KILL_GRACE + 4
+    assert elapsed < 1 + KILL_GRACE + 4
 
 
 def test_a_probe_that_hangs_fails_naming_both_options_and_removes_its_container(tmp_path):
@@ -698,7 +699,7 @@ def test_a_probe_that_hangs_fails_naming_both_options_and_removes_its_container(
                                    '"rm -f") echo "$3";;\nesac' % inspect)
     rc, result, elapsed = call_module(vllm_image_facts, {"image": "vllm/vllm-openai:v0.8.5", "docker_bin": docker,
                                                          "timeout": 1, "probe_timeout": 1})
-    assert elapsed < 4 + vllm_image_facts.KILL_GRACE + 3
+    assert elapsed < 4 + KILL_GRACE + 3
     assert rc == 1
     assert result["msg"].startswith("vllm_image_facts: `docker run --rm` (the in-image probe of sha256:%s) did not "
                                     "finish within 4 s and was stopped; it may run timeout + 3 x probe_timeout (1 + 3 "
@@ -717,7 +718,7 @@ def test_a_gpu_check_that_hangs_fails_within_the_timeout(tmp_path):
                                    '"rm -f") exit 1;;\nesac' % inspect)
     rc, result, elapsed = call_module(vllm_image_facts, {"image": "vllm/vllm-openai:v0.8.5", "docker_bin": docker,
                                                          "timeout": 1, "probe": False, "gpu_check": True})
-    assert rc == 1 and elapsed < 1 + vllm_image_facts.KILL_GRACE + 3
+    assert rc == 1 and elapsed < 1 + KILL_GRACE + 3
     assert "`docker run --rm` (the GPU check in sha256:" in result["msg"]
     assert "raise timeout (now 1 s) if the image is just slow to start, or set gpu_check: false" in result["msg"]
     assert "may still exist: remove it with `docker rm -f labfleet-gpu-check-" in result["msg"]
@@ -728,7 +729,7 @@ def test_a_registry_read_that_hangs_fails_within_the_timeout(tmp_path):
                                    'buildx) exec sleep 60;;\nesac')
     rc, result, elapsed = call_module(vllm_image_facts, {"image": "registry.example.org/ml/vllm:1", "docker_bin": docker,
                                                          "timeout": 1, "registry_config": True})
-    assert rc == 1 and elapsed < 1 + vllm_image_facts.KILL_GRACE + 3
+    assert rc == 1 and elapsed < 1 + KILL_GRACE + 3
     assert result["msg"].startswith("vllm_image_facts: `docker buildx imagetools` (the registry read of "
                                     "registry.example.org/ml/vllm:1) did not finish within 1 s")
     assert "or set registry_config: false" in result["msg"]
