@@ -31,4 +31,4 @@ mkdir -p "${dest}"
 (cd "${dest}" && git init -q && git add -A && git -c user.name=sanity -c user.email=sanity@localhost commit -qm sanity)
 
 cd "${dest}"
-exec "${ansible_test}" sanity --python "${pyver}" --color no "$@"
+"${ansible_test}" sanity --python "${pyver}" --color no "$@"
