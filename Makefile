@@ -13,11 +13,12 @@ export MOLECULE_GLOB := molecule/*/molecule.yml
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity unit integration molecule standin-images build clean demo demo-clean demo-screenshot bench bench-compat
+.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity ee unit integration molecule standin-images build clean demo demo-clean demo-screenshot bench bench-compat
 
 help:
 	@echo "make test       lint + unit + molecule (the whole suite; what CI runs)"
-	@echo "make lint       yamllint, ansible-lint (production), argument_specs check, ansible-test sanity"
+	@echo "make lint       yamllint, ansible-lint (production), argument_specs check, ansible-test sanity, ee"
+	@echo "make ee         execution environment: build context generated (ansible-builder create) and checked"
 	@echo "make unit       pytest unit tests"
 	@echo "make integration  pytest tests that build and run images in Docker"
 	@echo "make molecule   every Molecule scenario, MOLECULE_JOBS=2 at a time (starts Docker, builds base images)"
@@ -49,7 +50,7 @@ docker:
 images: docker
 	molecule/images/build.sh
 
-lint: yamllint ansible-lint argspecs changelog-lint sanity
+lint: yamllint ansible-lint argspecs changelog-lint sanity ee
 
 yamllint: venv
 	yamllint -s .
@@ -65,6 +66,9 @@ argspecs: venv
 
 sanity: venv
 	scripts/sanity.sh
+
+ee: venv
+	scripts/check-ee.sh
 
 unit: venv
 	$(BIN)/python -m pytest
