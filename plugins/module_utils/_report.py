@@ -18,6 +18,8 @@ __metaclass__ = type
 import math
 import re
 
+from ansible_collections.labfleet.vllm.plugins.module_utils._metrics import scrape_targets
+
 REPORT_FORMAT = 2
 
 MODES = ("rollout", "preflight")
@@ -119,6 +121,7 @@ def _instances(server):
         out.append({
             "name": inst.get("name"),
             "port": inst.get("port"),
+            "bind_address": inst.get("bind_address"),
             "status": inst.get("status"),
             "flags": flags(inst.get("argv")),
             "health_s": inst.get("health_s"),
@@ -307,7 +310,11 @@ def _count(values):
 
 
 def build_report(records, mode="rollout", collection="labfleet.vllm"):
-    """The whole report document from a list of per-host records (see docs/fleet_report.md)."""
+    """The whole report document from a list of per-host records (see docs/fleet_report.md).
+
+    A record's optional ``address`` (the host's ansible_host) is where Prometheus reaches an
+    instance published on every address; it goes into ``scrape_targets`` only.
+    """
     if mode not in MODES:
         raise ValueError("mode must be one of %s, got %r" % (", ".join(MODES), mode))
     if records is None:
@@ -315,6 +322,8 @@ def build_report(records, mode="rollout", collection="labfleet.vllm"):
     if not isinstance(records, (list, tuple)):
         raise ValueError("records must be a list of per-host records, got %s" % type(records).__name__)
     entries = sorted((host_entry(r, mode) for r in records), key=lambda e: e["host"])
+    addresses = dict((_text(r.get("host")), _text(r.get("address"))) for r in records
+                     if isinstance(r, dict) and _text(r.get("address")))
     return {
         "report_format": REPORT_FORMAT,
         "collection": collection,
@@ -328,4 +337,5 @@ def build_report(records, mode="rollout", collection="labfleet.vllm"):
             "allowed": [e["host"] for e in entries if e.get("verdict") == "allowed"],
             "refused": [e["host"] for e in entries if e.get("verdict") == "refused"],
         },
+        "scrape_targets": scrape_targets(entries, addresses),
     }

@@ -119,3 +119,19 @@ def test_report_counts_and_spells_out_the_outcomes(report):
         assert outcome in html, "%s missing from the HTML report:\n%s" % (outcome, html)
     remote = re.search(r"(src|href)=.(https?:)?//", html)
     assert remote is None, "the HTML report loads a remote resource: %s" % remote.group(0)
+
+
+def test_scrape_targets_follow_what_serves(ephemeral_dir, report):
+    """Prometheus targets: both allowed hosts while they served (published on their own address);
+    none after the failing rollout (canary rolled back, second not reached), as the report says."""
+    with open(os.path.join(ephemeral_dir, "targets-before.json"), encoding="utf-8") as handle:
+        before = json.load(handle)
+    assert sorted(g["labels"]["labfleet_host"] for g in before) == [CANARY, SECOND], before
+    for group in before:
+        assert group["labels"]["labfleet_instance"] == "vllm", group
+        assert group["labels"]["labfleet_image_digest"].startswith("sha256:"), group
+        assert len(group["targets"]) == 1 and re.fullmatch(r"(\d{1,3}\.){3}\d{1,3}:8000", group["targets"][0]), group
+        assert not group["targets"][0].startswith("127."), group
+    with open(os.path.join(ephemeral_dir, "reports", "prometheus-targets.json"), encoding="utf-8") as handle:
+        after = json.load(handle)
+    assert after == [] == report[0]["scrape_targets"]["file_sd"], after

@@ -182,3 +182,16 @@ def test_the_serving_path_and_the_fp16_copy_are_shown():
     html = render("fleet-report.html.j2", doc)
     assert "<li>serving path: fp16_fallback: " in html
     assert "<li>FP16 copy served: /srv/models/m-fp16 of the NVFP4 checkpoint /srv/models/m (kept" in html
+
+
+def test_markdown_metrics_section_lists_targets_and_skipped():
+    inst = {"name": "vllm", "port": 8000, "bind_address": "10.0.0.5", "status": "deployed", "argv": []}
+    lo = dict(inst, name="vllm-lo", port=8001, bind_address="127.0.0.1")
+    pre = {"host": "gpu01", "verdict": "allowed", "state": "ok", "reasons": [], "warnings": [], "probe_only": False}
+    records = [{"host": "gpu01", "reachable": True, "preflight": pre,
+                "server": {"status": "deployed", "image_digest": "sha256:abc", "instances": [inst, lo]}}]
+    text = render("fleet-report.md.j2", fleet_report(records, "rollout"))
+    section = text[text.index("## Metrics"):]
+    assert "1 Prometheus scrape target(s)" in section
+    assert "- gpu01 / vllm: 10.0.0.5:8000" in section
+    assert "- not a target: gpu01 / vllm-lo: published on 127.0.0.1 only" in section

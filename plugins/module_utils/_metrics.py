@@ -1,0 +1,104 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the labfleet.vllm collection: this file is not a public API, its names and
+# structure may change in any release. Use the fleet report's "scrape_targets" section instead.
+#
+# Prometheus scrape targets of the fleet: from the fleet report's host entries, one file_sd target
+# group per vLLM instance that serves. vLLM answers Prometheus text on GET /metrics of its API port
+# without the API key: in 0.8.5, vllm/entrypoints/openai/api_server.py:339-343 mounts the metrics
+# app beside the API routes, and the --api-key middleware (api_server.py:852) lets every path that
+# does not start with /v1 through (verified in the 0.8.5 sources). An instance published on loopback (the role's safe
+# default) cannot be scraped from another machine: it is listed as skipped, with what to change.
+# Pure: no I/O, no Ansible.
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+# Host outcomes whose instances serve (docs/fleet_report.md): deployed now, or already serving.
+SERVING_OUTCOMES = ("deployed", "serving")
+# Instance statuses that mean the container answered the smoke test in this run.
+SERVING_STATUSES = ("deployed", "unchanged")
+
+_LOOPBACK_V4_PREFIX = "127."
+_LOOPBACK_V6 = ("::1", "0:0:0:0:0:0:0:1")
+_ANY_ADDRESS = ("0.0.0.0", "::", "")
+
+
+def is_loopback(address):
+    """True for an IPv4 127.0.0.0/8 address or the IPv6 loopback (text form, brackets allowed)."""
+    text = str(address or "").strip().strip("[]").lower()
+    return text.startswith(_LOOPBACK_V4_PREFIX) or text in _LOOPBACK_V6 or text == "localhost"
+
+
+def target(address, port):
+    """'host:port' for Prometheus; an IPv6 literal goes in brackets."""
+    text = str(address).strip().strip("[]")
+    if ":" in text:
+        text = "[%s]" % text
+    return "%s:%d" % (text, int(port))
+
+
+def _valid_port(port):
+    try:
+        value = int(port)
+    except (TypeError, ValueError):
+        return None
+    if isinstance(port, bool) or not 1 <= value <= 65535:
+        return None
+    return value
+
+
+def scrape_targets(entries, addresses=None):
+    """The fleet's scrape targets from the report's host entries.
+
+    ``addresses`` maps a host name to the address Prometheus reaches it at (ansible_host); it is
+    used when an instance is published on every address (0.0.0.0). Returns a dict:
+    ``file_sd``: the list Prometheus' file_sd_configs reads, one group per instance, labelled with
+    the host, the instance and the served image digest; ``skipped``: one entry per serving instance
+    that cannot be a target (host, instance, reason, fix).
+    """
+    addresses = addresses if isinstance(addresses, dict) else {}
+    groups = []
+    skipped = []
+    for entry in entries or []:
+        if not isinstance(entry, dict) or entry.get("outcome") not in SERVING_OUTCOMES:
+            continue
+        serving = entry.get("serving") if isinstance(entry.get("serving"), dict) else {}
+        host = str(entry.get("host"))
+        for inst in serving.get("instances") or []:
+            if not isinstance(inst, dict) or inst.get("status") not in SERVING_STATUSES:
+                continue
+            name = str(inst.get("name"))
+            port = _valid_port(inst.get("port"))
+            bind = inst.get("bind_address")
+            if port is None:
+                skipped.append({"host": host, "instance": name, "reason": "the instance has no valid port (%r)" % (inst.get("port"),),
+                                "fix": "re-run the rollout with this collection's version, which records the port"})
+                continue
+            if bind is None:
+                skipped.append({"host": host, "instance": name,
+                                "reason": "the instance's published address was not recorded (a rollout by an older release)",
+                                "fix": "re-run site.yml; the vllm_server role records the address it publishes on"})
+                continue
+            if is_loopback(bind):
+                skipped.append({"host": host, "instance": name,
+                                "reason": "published on %s only, so /metrics is reachable from the host itself and nowhere else" % bind,
+                                "fix": "scrape it with an agent on the host (target %s), or publish it on another address "
+                                       "(vllm_server_bind_address with vllm_server_expose: true)" % target(bind, port)})
+                continue
+            address = bind
+            if str(bind).strip().strip("[]") in _ANY_ADDRESS:
+                address = addresses.get(host) or host
+            groups.append({
+                "targets": [target(address, port)],
+                "labels": {
+                    "labfleet_host": host,
+                    "labfleet_instance": name,
+                    "labfleet_image_digest": str(serving.get("image_digest") or ""),
+                },
+            })
+    return {"file_sd": groups, "skipped": skipped}
