@@ -19,6 +19,11 @@ Behaviour knobs (environment):
   STANDIN_COMPUTE_CAPABILITY=N  the GPU it plays (default 70, a V100): an NVFP4 checkpoint needs 100
                           and is refused at start the way vLLM 0.8.5 refuses it (vllm/config.py:3803-3809)
   STANDIN_ERROR_FORMAT=F  "flat" (default, vLLM 0.8.5) or "nested" (newer releases) error bodies
+  STANDIN_TTFT_MS=MS      a stream's first token comes MS milliseconds after the request was read
+                          (default 10)
+  STANDIN_ITL_MS=MS       then one token every MS milliseconds (default 10). Tokens follow a fixed
+                          schedule (first + n x MS), so the injected times do not drift; the benchmark's
+                          accuracy test measures against them.
 
 It answers like a real vLLM server (the recorded answers in /work/shared/reference/vllm-http/ and
 the vLLM sources named below; all verified):
@@ -139,8 +144,25 @@ def model_len_limit(args):
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 4096
 
 
+def delay_ms(name, default):
+    """Seconds from a STANDIN_*_MS variable (0 to 600000 ms); a bad value ends the stand-in."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default / 1000.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 600000:
+        log("ERROR: %s must be a number of milliseconds from 0 to 600000, got %r" % (name, text))
+        sys.exit(2)
+    return value / 1000.0
+
+
 def make_handler(args, api_key, served):
     no_tokens = os.environ.get("STANDIN_NO_TOKENS", "") not in ("", "0")
+    first_token_s = delay_ms("STANDIN_TTFT_MS", 10)
+    token_interval_s = delay_ms("STANDIN_ITL_MS", 10)
     fail_health = os.environ.get("STANDIN_FAIL_HEALTH", "") not in ("", "0")
     version = os.environ.get("STANDIN_VERSION", "0.0.0-standin")
     nested_errors = os.environ.get("STANDIN_ERROR_FORMAT", "flat").strip().lower() == "nested"
@@ -380,7 +402,9 @@ def make_handler(args, api_key, served):
             if chat:
                 send(chunk({"role": "assistant", "content": ""}))
             for index, token in enumerate(tokens):
-                time.sleep(0.01)
+                pause = started + first_token_s + index * token_interval_s - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
                 if index == 0:
                     with LOCK:
                         STATS["ttft_sum"] += time.monotonic() - started
