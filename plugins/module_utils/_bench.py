@@ -44,7 +44,7 @@ import json
 import math
 import re
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._openai import error_message, parse_json
+from ansible_collections.labfleet.vllm.plugins.module_utils._openai import stream_item
 from ansible_collections.labfleet.vllm.plugins.module_utils._pci_ids import lookup_device
 
 SCHEMA = "labfleet.vllm.benchmark/1"
@@ -330,15 +330,12 @@ def stream_events(timed_data):
               "chunks": 0}
     try:
         for when, data in timed_data:
-            if data.strip() == "[DONE]":
+            kind, chunk, error = stream_item(data)
+            if kind == "done":
                 result["done"] = True
                 break
-            chunk, error = parse_json(data)
-            if error:
-                result["error"] = "stream chunk %s" % error
-                break
-            if isinstance(chunk, dict) and chunk.get("error"):
-                result["error"] = "server error in stream: %s" % error_message(chunk)
+            if kind == "error":
+                result["error"] = error
                 break
             result["chunks"] += 1
             text = chunk_text(chunk)

@@ -473,6 +473,20 @@ def iter_sse_data(pieces):
         yield "\n".join(data)
 
 
+def stream_item(data):
+    """One SSE data field of a streamed completion: ("done", None, None) for the [DONE] marker,
+    ("error", None, message) for a chunk that is not JSON or carries an error object, else
+    ("chunk", parsed chunk, None). Shared by the smoke test and the benchmark."""
+    if data.strip() == "[DONE]":
+        return "done", None, None
+    chunk, error = parse_json(data)
+    if error:
+        return "error", None, "stream chunk %s" % error
+    if isinstance(chunk, dict) and chunk.get("error"):
+        return "error", None, "server error in stream: %s" % error_message(chunk)
+    return "chunk", chunk, None
+
+
 def delta_text(chunk):
     """The text a chat (or completion) chunk carries, '' when none."""
     if not isinstance(chunk, dict):
@@ -523,15 +537,12 @@ def read_chat_stream(lines, started, clock=time.monotonic):
     kept = 0
     try:
         for data in iter_sse_data(lines):
-            if data.strip() == "[DONE]":
+            kind, chunk, error = stream_item(data)
+            if kind == "done":
                 result["done"] = True
                 break
-            chunk, error = parse_json(data)
-            if error:
-                result["error"] = "stream chunk %s" % error
-                break
-            if isinstance(chunk, dict) and chunk.get("error"):
-                result["error"] = "server error in stream: %s" % error_message(chunk)
+            if kind == "error":
+                result["error"] = error
                 break
             result["chunks"] += 1
             text = delta_text(chunk)
