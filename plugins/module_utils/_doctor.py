@@ -46,6 +46,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInp
 from ansible_collections.labfleet.vllm.plugins.module_utils._gpu import ParseError, parse_topology
 from ansible_collections.labfleet.vllm.plugins.module_utils._host import first_version, require_cuda_enforcement
 from ansible_collections.labfleet.vllm.plugins.module_utils._image import classify_gpu_check
+from ansible_collections.labfleet.vllm.plugins.module_utils._plan import arg_key
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import arch_reach, covers, parse_arch, parse_cc
 
 CHECKS = ("gpu_in_container", "illegal_instruction", "no_kernel_image", "out_of_memory", "tensor_parallel_pcie")
@@ -348,7 +349,7 @@ def parse_vllm_argv(argv):
         if not item.startswith("--"):
             continue
         name, sep, value = item[2:].partition("=")
-        key = name.replace("-", "_")
+        key = arg_key(name)
         if key in _BOOL_FLAGS and not sep:
             args[key] = True
             continue

@@ -18,20 +18,36 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ipaddress
+
 # Host outcomes whose instances serve (docs/fleet_report.md): deployed now, or already serving.
 SERVING_OUTCOMES = ("deployed", "serving")
 # Instance statuses that mean the container answered the smoke test in this run.
 SERVING_STATUSES = ("deployed", "unchanged")
 
-_LOOPBACK_V4_PREFIX = "127."
-_LOOPBACK_V6 = ("::1", "0:0:0:0:0:0:0:1")
-_ANY_ADDRESS = ("0.0.0.0", "::", "")
+
+def _ip(address):
+    """The address as an ipaddress object (text form, brackets allowed), None for a name."""
+    try:
+        return ipaddress.ip_address(str(address or "").strip().strip("[]"))
+    except ValueError:
+        return None
 
 
 def is_loopback(address):
-    """True for an IPv4 127.0.0.0/8 address or the IPv6 loopback (text form, brackets allowed)."""
-    text = str(address or "").strip().strip("[]").lower()
-    return text.startswith(_LOOPBACK_V4_PREFIX) or text in _LOOPBACK_V6 or text == "localhost"
+    """True for an IPv4 127.0.0.0/8 address, the IPv6 loopback, or the name localhost."""
+    ip = _ip(address)
+    if ip is None:
+        return str(address or "").strip().lower() == "localhost"
+    return ip.is_loopback
+
+
+def is_any_address(address):
+    """True for an address that means every address of the host (0.0.0.0, ::), or none given."""
+    if not str(address or "").strip().strip("[]"):
+        return True
+    ip = _ip(address)
+    return ip is not None and ip.is_unspecified
 
 
 def target(address, port):
@@ -91,7 +107,7 @@ def scrape_targets(entries, addresses=None):
                                        "(vllm_server_bind_address with vllm_server_expose: true)" % target(bind, port)})
                 continue
             address = bind
-            if str(bind).strip().strip("[]") in _ANY_ADDRESS:
+            if is_any_address(bind):
                 address = addresses.get(host) or host
             groups.append({
                 "targets": [target(address, port)],

@@ -417,6 +417,12 @@ def _flag(key):
     return "--" + key.replace("_", "-")
 
 
+def arg_key(flag):
+    """The vllm_args key of a command-line flag ("--max-num-seqs" -> "max_num_seqs"): argparse's
+    dest, the inverse of the flag vllm_argv writes for a key."""
+    return str(flag).lstrip("-").replace("-", "_")
+
+
 def vllm_argv(args, enforce_eager, extra_args):
     """The vLLM command-line arguments for effective ``args`` (every key; None and False are left
     out, True is a bare flag), then --enforce-eager when on, then extra_args as they are."""
