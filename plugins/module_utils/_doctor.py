@@ -1585,6 +1585,17 @@ def diagnose(nvidia=None, host=None, image=None, verdict=None, raw=None, gate_in
             "journal_states": (journal or {}).get("states", [])}
 
 
+def summary_lines(result):
+    """One line per check of a diagnose() result, for a person: "<check>: <status>: <cause> Fix: <fix>"."""
+    lines = []
+    for item in _mapping(result).get("findings") or []:
+        item = _mapping(item)
+        text = "%s: %s: %s" % (item.get("check"), item.get("status"), " ".join(str(item.get("cause") or "").split()))
+        fix = " ".join(str(item.get("fix") or "").split())
+        lines.append(text + (" Fix: " + fix if fix and item.get("status") in ("problem", "unknown") else ""))
+    return lines
+
+
 def _md(value):
     text = "" if value is None else " ".join(str(value).split())
     for old, new in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("[", "\\["), ("]", "\\]"), ("`", "\\`"),

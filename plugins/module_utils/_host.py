@@ -396,10 +396,9 @@ def _cdi_spec_summary(text):
     return {"kind": match.group(1) if match else None, "has_all": bool(_CDI_ALL_RE.search(text))}
 
 
-def cdi_specs(dirs, listdir, read_text):
-    """CDI spec files (*.yaml, *.json, what the CDI library loads) in ``dirs``: path, kind and
-    whether the spec defines the device "all"."""
-    found = []
+def cdi_spec_paths(dirs, listdir):
+    """The CDI spec files (*.yaml, *.yml, *.json: what the CDI library loads) in ``dirs``, in order;
+    a directory that cannot be listed is skipped."""
     seen = set()
     for directory in dirs:
         if directory in seen:
@@ -410,14 +409,19 @@ def cdi_specs(dirs, listdir, read_text):
         except (IOError, OSError):
             continue
         for name in names:
-            if not name.endswith((".yaml", ".yml", ".json")):
-                continue
-            path = directory.rstrip("/") + "/" + name
-            try:
-                text = read_text(path)
-            except (IOError, OSError):
-                continue
-            found.append(dict([("path", path)] + list(_cdi_spec_summary(text or "").items())))
+            if name.endswith((".yaml", ".yml", ".json")):
+                yield directory.rstrip("/") + "/" + name
+
+
+def cdi_specs(dirs, listdir, read_text):
+    """CDI spec files in ``dirs``: path, kind and whether the spec defines the device "all"."""
+    found = []
+    for path in cdi_spec_paths(dirs, listdir):
+        try:
+            text = read_text(path)
+        except (IOError, OSError):
+            continue
+        found.append(dict([("path", path)] + list(_cdi_spec_summary(text or "").items())))
     return found
 
 
