@@ -1,0 +1,159 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# PRIVATE to the labfleet.vllm collection: this file is not a public API, its names and
+# structure may change in any release. Use the labfleet.vllm.benchmark_chart module instead.
+"""The benchmark chart of one host: from vllm_benchmark's result documents (this run's and each
+instance's baseline), three panels against concurrency -
+
+1. time to first token, p50 (line) and p90 (dotted), in milliseconds;
+2. output tokens/s of one request (p50: the decode speed), with the roofline's bound - memory
+   bandwidth / weight bytes per GPU - as a horizontal line and the measured share of it at
+   concurrency 1;
+3. aggregate output tokens/s of all requests at once.
+
+This run is drawn solid, the baseline dashed in the same colour. series() is pure (what is drawn,
+checked by the unit tests); render() draws it with the matplotlib it is given (the Agg backend,
+no display) and returns the PNG's bytes. PNG output carries no date, so the same figures give the
+same bytes.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import io
+import math
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Figure size (inches) and resolution: 1500 x 480 pixels.
+FIGSIZE = (15.0, 4.8)
+DPI = 100
+COLOURS = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#bf8700", "#1b7c83")
+
+
+class ChartError(Exception):
+    """Input the chart cannot be drawn from (the message names the field)."""
+
+
+def _finite(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+
+
+def _points(document, metric, stat, scale=1.0):
+    """[(concurrency, value)] of one metric's statistic over the document's levels (missing values left out)."""
+    points = []
+    for level in document.get("levels") or []:
+        if not isinstance(level, dict):
+            continue
+        conc = level.get("concurrency")
+        value = _finite((level.get(metric) or {}).get(stat)) if isinstance(level.get(metric), dict) else None
+        if isinstance(conc, int) and not isinstance(conc, bool) and conc > 0 and value is not None:
+            points.append((conc, value * scale))
+    return sorted(points)
+
+
+def _check_document(document, where):
+    if document is None:
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("levels"), list):
+        raise ChartError("%s must be a vllm_benchmark result (a dict with levels), got %s"
+                         % (where, type(document).__name__))
+    return document
+
+
+def series(instances):
+    """What the chart draws: {"panels": [ttft, request_tok_s, aggregate_tok_s], "concurrency": sorted
+    levels}. Each panel holds lines {label, colour, style ("now"/"baseline"), stat, points}; the second
+    panel also ``rooflines`` [{label, colour, bound_tok_s, share_pct}]."""
+    if not isinstance(instances, list) or not instances:
+        raise ChartError("instances must be a non-empty list of {name, benchmark, baseline}")
+    panels = [
+        {"key": "ttft", "title": "Time to first token", "ylabel": "ms", "lines": []},
+        {"key": "request_tok_s", "title": "Output tokens/s per request (decode)", "ylabel": "tokens/s",
+         "lines": [], "rooflines": []},
+        {"key": "aggregate_tok_s", "title": "Aggregate output tokens/s", "ylabel": "tokens/s", "lines": []},
+    ]
+    levels = set()
+    for index, item in enumerate(instances):
+        if not isinstance(item, dict):
+            raise ChartError("instances[%d] must be a dict {name, benchmark, baseline}" % index)
+        name = str(item.get("name") or "instance %d" % (index + 1))
+        colour = COLOURS[index % len(COLOURS)]
+        now = _check_document(item.get("benchmark"), "instances[%d].benchmark" % index)
+        if now is None:
+            raise ChartError("instances[%d].benchmark is missing" % index)
+        base = _check_document(item.get("baseline") or None, "instances[%d].baseline" % index)
+        for document, style in ((now, "now"), (base, "baseline")):
+            if document is None:
+                continue
+            when = str(document.get("measured_at") or "")
+            label = "%s %s%s" % (name, "now" if style == "now" else "baseline", " (%s)" % when if when else "")
+            ttft = _points(document, "ttft_s", "p50", 1000.0)
+            levels.update(c for c, _v in ttft)
+            panels[0]["lines"].append({"label": label + " p50", "colour": colour, "style": style, "stat": "p50",
+                                       "points": ttft})
+            panels[0]["lines"].append({"label": label + " p90", "colour": colour, "style": style, "stat": "p90",
+                                       "points": _points(document, "ttft_s", "p90", 1000.0)})
+            panels[1]["lines"].append({"label": label, "colour": colour, "style": style, "stat": "p50",
+                                       "points": _points(document, "request_tok_s", "p50")})
+            panels[2]["lines"].append({"label": label, "colour": colour, "style": style, "stat": "level",
+                                       "points": _points(document, "aggregate_tok_s", "level")})
+        roof = now.get("roofline") if isinstance(now.get("roofline"), dict) else None
+        bound = _finite((roof or {}).get("bound_tok_s"))
+        if bound:
+            share = _finite(roof.get("share_pct"))
+            panels[1]["rooflines"].append({
+                "label": "%s roofline %.1f tok/s%s" % (name, bound, ", measured %.0f %%" % share if share is not None
+                                                       else ""),
+                "colour": colour, "bound_tok_s": bound, "share_pct": share})
+    return {"panels": panels, "concurrency": sorted(levels)}
+
+
+def render(data, plt, title=""):
+    """The PNG bytes of series() ``data``, drawn with matplotlib.pyplot ``plt`` (Agg backend)."""
+    figure, axes = plt.subplots(1, 3, figsize=FIGSIZE, dpi=DPI)
+    try:
+        ticks = data["concurrency"]
+        for ax, panel in zip(axes, data["panels"]):
+            for line in panel["lines"]:
+                if not line["points"]:
+                    continue
+                xs = [p[0] for p in line["points"]]
+                ys = [p[1] for p in line["points"]]
+                dash = "-" if line["style"] == "now" else "--"
+                if line["stat"] == "p90":
+                    dash = ":" if line["style"] == "now" else (0, (1, 3))
+                ax.plot(xs, ys, linestyle=dash, marker="o" if line["stat"] != "p90" else None, color=line["colour"],
+                        alpha=1.0 if line["style"] == "now" else 0.55, label=line["label"])
+            for roof in panel.get("rooflines", []):
+                ax.axhline(roof["bound_tok_s"], color=roof["colour"], linestyle="-.", linewidth=1.0,
+                           label=roof["label"])
+            if ticks:
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(ticks)
+                ax.set_xticklabels([str(t) for t in ticks])
+            ax.set_xlabel("concurrency (requests at once)")
+            ax.set_ylabel(panel["ylabel"])
+            ax.set_title(panel["title"])
+            ax.set_ylim(bottom=0)
+            ax.grid(True, alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7, loc="best")
+        if title:
+            figure.suptitle(title)
+        figure.tight_layout()
+        out = io.BytesIO()
+        figure.savefig(out, format="png", metadata={"Software": None})
+        return out.getvalue()
+    finally:
+        plt.close(figure)
+
+
+def png_size(data):
+    """(width, height) from a PNG's IHDR chunk; ChartError when ``data`` is not a PNG."""
+    if not isinstance(data, bytes) or len(data) < 24 or not data.startswith(PNG_SIGNATURE) or data[12:16] != b"IHDR":
+        raise ChartError("not a PNG image")
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
