@@ -6,7 +6,11 @@
 # PRIVATE to the labfleet.vllm collection: this file is not a public API, its names and
 # structure may change in any release. Use the labfleet.vllm.nvfp4_dequantize module (or
 # scripts/nvfp4_dequantize.py) instead.
-"""Dequantize an NVFP4 checkpoint (ModelOpt or compressed-tensors layout) to FP16, streaming.
+"""Read an NVFP4 checkpoint (ModelOpt or compressed-tensors layout) and convert it, streaming.
+
+The reader (safetensors headers, tensor loading, layout detection, the e2m1/e4m3 tables, weight
+files, manifest, atomic output) and the conversion driver ``convert()`` are shared by the FP16
+dequantizer (``Fp16Target``, ``convert_checkpoint``) and the GPTQ repacker (_gptq.py ``GptqTarget``).
 
 Formats (all from /work/shared/reference/facts.md section 4, confidence "verified"):
 
@@ -154,6 +158,12 @@ def _tables():
     return _CACHE["lut"], _CACHE["e4m3"]
 
 
+def float_pairs():
+    """float32 [256, 2]: packed byte -> e2m1 values of its low (element 2i) and high nibble (cached)."""
+    lut, _e4m3 = _tables()
+    return lut.view(np.float32).reshape(256, 2)
+
+
 # ---------------------------------------------------------------------------------------------
 # Dequantization
 # ---------------------------------------------------------------------------------------------
@@ -184,6 +194,26 @@ def _per_tensor(value, name):
     return value
 
 
+def block_scale_table(e4m3, tensor_scale, divide):
+    """float32[256]: block-scale code -> block scale, one float32 rounding: e4m3 x tensor scale
+    (ModelOpt) or e4m3 / tensor scale (compressed-tensors, ``divide``)."""
+    block_scale = np.array(e4m3, dtype=np.float32)
+    if divide:
+        np.divide(block_scale, np.float32(tensor_scale), out=block_scale)
+    else:
+        np.multiply(block_scale, np.float32(tensor_scale), out=block_scale)
+    return block_scale
+
+
+def layer_block_scales(scale, tensor_scale, divide, name="tensor"):
+    """float32 [256] block-scale table of one layer: the per-tensor scale checked (refused when zero,
+    non-finite or not a single value, naming the tensor), then block_scale_table."""
+    _need_numpy()
+    _lut, e4m3 = _tables()
+    with np.errstate(over="ignore", invalid="ignore"):
+        return block_scale_table(e4m3, _per_tensor(tensor_scale, name), divide)
+
+
 def pair_lut(e4m3, tensor_scale, divide):
     """uint32 [256 scale codes, 256 packed bytes]: the two float16 results of one packed byte under
     one block-scale code as one 4-byte word (element 2i, the low nibble, first in memory), so that a
@@ -194,11 +224,7 @@ def pair_lut(e4m3, tensor_scale, divide):
     float16. Only 65536 products exist per tensor, so the tensor itself needs one gather per byte.
     """
     lut, _e4m3 = _tables()
-    block_scale = e4m3.copy()
-    if divide:
-        np.divide(block_scale, np.float32(tensor_scale), out=block_scale)
-    else:
-        np.multiply(block_scale, np.float32(tensor_scale), out=block_scale)
+    block_scale = block_scale_table(e4m3, tensor_scale, divide)
     pairs = lut.view(np.float32).reshape(256, 2)          # [byte, (low, high)] e2m1 values
     values = pairs[None, :, :] * block_scale[:, None, None]   # float32 [scale, byte, 2]
     # [scale, byte, 2] float16, contiguous: viewing each pair as one 4-byte word keeps the memory
@@ -486,8 +512,16 @@ def _split_name(name):
     return name[:cut] if cut >= 0 else "", name[cut + 1:]
 
 
-def _plan(src, layout, headers):
-    """Output tensors in input order: dicts {name, kind, dtype, shape, bytes, inputs}."""
+def _entry(name, kind, dtype, shape, nbytes, inputs):
+    """One unit of output: tensors written together into one shard (``parts``: name, dtype, shape, bytes)."""
+    return {"name": name, "kind": kind, "bytes": nbytes, "inputs": inputs,
+            "parts": [(name, dtype, list(shape), nbytes)]}
+
+
+def _plan(src, layout, headers, layer_entry):
+    """Output entries in input order (see _entry); ``layer_entry(prefix, inputs, shape)`` makes the
+    entry of one NVFP4 layer, ``inputs`` being its (packed, block scale, per-tensor scale) names and
+    ``shape`` the packed weight's [out_features, in_features / 2]."""
     where = {}
     for header in headers:
         for name in header["tensors"]:
@@ -523,14 +557,10 @@ def _plan(src, layout, headers):
             info = header["tensors"][name]
             prefix, last = _split_name(name)
             if prefix in quantized and name == quantized[prefix][0]:
-                packed_name, scale_name, tensor_name = quantized[prefix]
                 if len(info["shape"]) != 2:
                     raise Nvfp4Error("%s: tensor %s must be 2-D [out, in/2], found shape %r"
                                      % (src, name, info["shape"]))
-                rows, half = info["shape"]
-                shape = [rows, half * 2]
-                out.append({"name": "%s.weight" % prefix, "kind": "dequant", "dtype": "F16", "shape": shape,
-                            "bytes": rows * half * 2 * 2, "inputs": (packed_name, scale_name, tensor_name)})
+                out.append(layer_entry(prefix, quantized[prefix], list(info["shape"])))
             elif name in skip or last in _KV_SCALES:
                 continue
             elif info["dtype"] in ("F8_E4M3", "F8_E5M2"):
@@ -545,8 +575,8 @@ def _plan(src, layout, headers):
                     nbytes = numel * DTYPE_BYTES[dtype]
                 else:
                     nbytes = info["offsets"][1] - info["offsets"][0]
-                out.append({"name": name, "kind": "cast" if dtype != info["dtype"] else "copy", "dtype": dtype,
-                            "shape": info["shape"], "bytes": nbytes, "inputs": (name,)})
+                out.append(_entry(name, "cast" if dtype != info["dtype"] else "copy", dtype, info["shape"], nbytes,
+                                  (name,)))
     return out, where
 
 
@@ -562,6 +592,10 @@ def _shards(tensors, max_shard):
         shards.append(current)
     total = len(shards)
     return [("model-%05d-of-%05d.safetensors" % (i + 1, total), shard) for i, shard in enumerate(shards)]
+
+
+def _shard_header(shard):
+    return _header_bytes([part for entry in shard for part in entry["parts"]])
 
 
 def _copy_files(src):
@@ -594,25 +628,31 @@ def disk_free_bytes(path):
     return st.f_bavail * st.f_frsize
 
 
-def _manifest_matches(dest, inputs, settings):
-    """True when dest holds a finished conversion of exactly these inputs (sizes, then sha256)."""
-    path = os.path.join(dest, MANIFEST_FILE)
+def _finished_manifest(dest, inputs, settings, manifest_file, version):
+    """The manifest when dest holds a finished conversion of exactly these inputs (sizes, then sha256), else None."""
+    path = os.path.join(dest, manifest_file)
     if not os.path.isfile(path):
-        return False
+        return None
     try:
         manifest = _read_json(path)
     except Nvfp4Error:
-        return False
-    if manifest.get("converter_version") != CONVERTER_VERSION or manifest.get("settings") != settings:
-        return False
+        return None
+    if manifest.get("converter_version") != version or manifest.get("settings") != settings:
+        return None
     recorded = manifest.get("inputs") or {}
-    if sorted(recorded) != sorted(inputs) or any(recorded[n].get("size") != inputs[n]["size"] for n in inputs):
-        return False
-    for name, entry in (manifest.get("outputs") or {}).items():
+    if not isinstance(recorded, dict) or sorted(recorded) != sorted(inputs) \
+            or any(not isinstance(recorded[n], dict) or recorded[n].get("size") != inputs[n]["size"] for n in inputs):
+        return None
+    outputs = manifest.get("outputs") or {}
+    if not isinstance(outputs, dict):
+        return None
+    for name, entry in outputs.items():
         out = os.path.join(dest, name)
-        if not os.path.isfile(out) or os.path.getsize(out) != entry.get("size"):
-            return False
-    return all(recorded[n].get("sha256") == sha256_file(inputs[n]["path"]) for n in inputs)
+        if not isinstance(entry, dict) or not os.path.isfile(out) or os.path.getsize(out) != entry.get("size"):
+            return None
+    if all(recorded[n].get("sha256") == sha256_file(inputs[n]["path"]) for n in inputs):
+        return manifest
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -621,7 +661,7 @@ def _manifest_matches(dest, inputs, settings):
 
 
 class _BlockWriter(object):
-    """Writes to a file from a second thread, so that dequantizing the next block overlaps writing
+    """Writes to a file from a second thread, so that converting the next block overlaps writing
     the last one (file writes and numpy's gathers both release the GIL). Blocks are written in
     order; ``tell()`` counts what was handed over; an error in the thread is raised on the next
     write or on close()."""
@@ -666,19 +706,20 @@ class _BlockWriter(object):
         self._raise()
 
 
-def _write_tensor(handle, tensor, where, layout):
-    if tensor["kind"] == "dequant":
-        packed_name, scale_name, tensor_name = tensor["inputs"]
-        packed = load_tensor(where[packed_name], packed_name)
-        scale = load_tensor(where[scale_name], scale_name)
-        tensor_scale = np.asarray(load_tensor(where[tensor_name], tensor_name))
-        if where[tensor_name]["tensors"][tensor_name]["dtype"] == "BF16":
-            tensor_scale = _bf16_to_f32(tensor_scale)
-        for block in iter_dequantized(packed, scale, tensor_scale, layout == "compressed_tensors", packed_name,
-                                      reuse=False):
-            # safetensors is little-endian: no copy on a little-endian host, a swapped one elsewhere
-            handle.write(np.ascontiguousarray(block.astype("<f2", copy=False)))
-        return
+def load_layer(where, inputs, layout):
+    """(packed uint8 [out, in/2], block-scale codes uint8 [out, in/16], per-tensor scale as float32
+    array, divide) of one NVFP4 layer; ``divide``: the per-tensor scale divides (compressed-tensors)."""
+    packed_name, scale_name, tensor_name = inputs
+    packed = load_tensor(where[packed_name], packed_name)
+    scale = load_tensor(where[scale_name], scale_name)
+    tensor_scale = np.asarray(load_tensor(where[tensor_name], tensor_name))
+    if where[tensor_name]["tensors"][tensor_name]["dtype"] == "BF16":
+        tensor_scale = _bf16_to_f32(tensor_scale)
+    return packed, scale, tensor_scale, layout == "compressed_tensors"
+
+
+def _write_tensor(handle, tensor, where):
+    """A tensor that is not an NVFP4 layer: copied byte for byte, or cast to float16."""
     name = tensor["inputs"][0]
     header = where[name]
     info = header["tensors"][name]
@@ -716,11 +757,67 @@ def _hashed(hasher, hashes, errors, inputs):
     return dict((n, {"size": e["size"], "sha256": hashes[n]}) for n, e in inputs.items())
 
 
-def convert_checkpoint(src, dest, layout="auto", max_shard_size="5GB", check_mode=False):
-    """Convert the NVFP4 checkpoint in ``src`` to an FP16 one in ``dest``.
+def drop_quantization(config):
+    """config.json of the converted copy: no quantization_config (top level and text_config), float16."""
+    config.pop("quantization_config", None)
+    config["torch_dtype"] = "float16"
+    if isinstance(config.get("text_config"), dict):
+        config["text_config"].pop("quantization_config", None)
+        if "torch_dtype" in config["text_config"]:
+            config["text_config"]["torch_dtype"] = "float16"
+    return config
 
-    Returns {changed, layout, tensors_dequantized, tensors_copied, tensors_dropped, output_bytes,
-    shards (list of file names), manifest (path), files_copied, files_skipped, disk_free_bytes}.
+
+class Fp16Target(object):
+    """What the dequantizer writes for an NVFP4 layer: one float16 ``<layer>.weight``.
+
+    A target tells ``convert()`` how to plan, write and describe the NVFP4 layers; everything else
+    (reading, copying the other tensors, sharding, manifest, atomic rename) is shared."""
+
+    label = "FP16 copy"
+    layer_kind = "dequant"
+
+    def __init__(self):
+        self.manifest_file = MANIFEST_FILE
+        self.version = CONVERTER_VERSION
+
+    def settings(self):
+        return {}
+
+    def layer_entry(self, prefix, inputs, shape):
+        rows, half = shape
+        return _entry("%s.weight" % prefix, self.layer_kind, "F16", [rows, half * 2], rows * half * 2 * 2, inputs)
+
+    def write_layer(self, handle, entry, where, layout):
+        packed, scale, tensor_scale, divide = load_layer(where, entry["inputs"], layout)
+        for block in iter_dequantized(packed, scale, tensor_scale, divide, entry["inputs"][0], reuse=False):
+            # safetensors is little-endian: no copy on a little-endian host, a swapped one elsewhere
+            handle.write(np.ascontiguousarray(block.astype("<f2", copy=False)))
+
+    def edit_config(self, config):
+        return drop_quantization(config)
+
+    def describe(self, result, entries):
+        result["tensors_dequantized"] = sum(1 for t in entries if t["kind"] == self.layer_kind)
+
+    def manifest_extra(self):
+        return {}
+
+    def recorded(self, result, manifest):
+        """A finished copy was found: what its manifest adds to the result."""
+
+    def finished(self, result):
+        """The conversion ran: what this run adds to the result."""
+
+
+def convert(src, dest, target, layout="auto", max_shard_size="5GB", check_mode=False):
+    """Convert the NVFP4 checkpoint in ``src`` into ``dest`` as ``target`` says (Fp16Target, or the
+    GPTQ repacker's target): streaming, checked for disk space first, written to a temporary
+    directory next to dest and renamed into place, a manifest making a re-run a no-op.
+
+    Returns {changed, layout, tensors_copied, tensors_dropped, output_bytes, shards (list of file
+    names), manifest (path), files_copied, files_skipped, disk_free_bytes, src, dest} and what the
+    target adds (target.describe / recorded / finished).
     """
     _need_numpy()
     src = os.path.abspath(src)
@@ -736,7 +833,7 @@ def convert_checkpoint(src, dest, layout="auto", max_shard_size="5GB", check_mod
     headers = [read_header(os.path.join(src, f)) for f in files]
     if layout == "auto":
         layout = detect_layout(src, headers)
-    tensors, where = _plan(src, layout, headers)
+    tensors, where = _plan(src, layout, headers, target.layer_entry)
     shards = _shards(tensors, max_shard)
     copy, skipped = _copy_files(src)
     config_path = os.path.join(src, "config.json")
@@ -750,35 +847,38 @@ def convert_checkpoint(src, dest, layout="auto", max_shard_size="5GB", check_mod
     inputs = dict((n, {"path": os.path.join(src, n), "size": os.path.getsize(os.path.join(src, n))})
                   for n in input_names)
     settings = {"layout": layout, "max_shard_size": max_shard}
+    settings.update(target.settings())
     output_bytes = sum(t["bytes"] for t in tensors)
-    output_bytes += sum(len(_header_bytes([(t["name"], t["dtype"], t["shape"], t["bytes"]) for t in s]))
-                        for _name, s in shards)
+    output_bytes += sum(len(_shard_header(s)) for _name, s in shards)
     output_bytes += sum(inputs[n]["size"] for n in copy)
-    result = {"layout": layout, "tensors_dequantized": sum(1 for t in tensors if t["kind"] == "dequant"),
-              "tensors_copied": sum(1 for t in tensors if t["kind"] != "dequant"),
+    manifest_path = os.path.join(dest, target.manifest_file)
+    result = {"layout": layout, "tensors_copied": sum(1 for t in tensors if t["kind"] in ("copy", "cast")),
               "tensors_dropped": sum(len(h["tensors"]) for h in headers) - sum(len(t["inputs"]) for t in tensors),
               "output_bytes": output_bytes, "shards": [shard[0] for shard in shards],
-              "manifest": os.path.join(dest, MANIFEST_FILE), "files_copied": copy, "files_skipped": skipped,
+              "manifest": manifest_path, "files_copied": copy, "files_skipped": skipped,
               "src": src, "dest": dest}
+    target.describe(result, tensors)
 
     if os.path.exists(dest):
         if not os.path.isdir(dest):
             raise Nvfp4Error("dest=%s exists and is not a directory; choose another dest" % dest)
-        if _manifest_matches(dest, inputs, settings):
+        manifest = _finished_manifest(dest, inputs, settings, target.manifest_file, target.version)
+        if manifest is not None:
             result["changed"] = False
+            target.recorded(result, manifest)
             return result
-        if os.listdir(dest) and not os.path.isfile(os.path.join(dest, MANIFEST_FILE)):
+        if os.listdir(dest) and not os.path.isfile(manifest_path):
             raise Nvfp4Error("dest=%s exists, is not empty and holds no %s (not a conversion of ours); remove it or "
-                             "choose another dest" % (dest, MANIFEST_FILE))
+                             "choose another dest" % (dest, target.manifest_file))
     parent = os.path.dirname(dest)
     if not os.path.isdir(parent):
         raise Nvfp4Error("the parent directory of dest=%s does not exist; create %s first" % (dest, parent))
     free = disk_free_bytes(parent)
     result["disk_free_bytes"] = free
     if free < output_bytes:
-        raise Nvfp4Error("not enough disk space for the FP16 copy: it needs %d bytes (%.2f GB) on the filesystem of "
+        raise Nvfp4Error("not enough disk space for the %s: it needs %d bytes (%.2f GB) on the filesystem of "
                          "%s but only %d bytes (%.2f GB) are free; free %.2f GB there or set dest to a larger "
-                         "filesystem" % (output_bytes, output_bytes / 1e9, parent, free, free / 1e9,
+                         "filesystem" % (target.label, output_bytes, output_bytes / 1e9, parent, free, free / 1e9,
                                          (output_bytes - free) / 1e9))
     result["changed"] = True
     if check_mode:
@@ -804,37 +904,36 @@ def convert_checkpoint(src, dest, layout="auto", max_shard_size="5GB", check_mod
         for shard_name, shard in shards:
             path = os.path.join(tmp, shard_name)
             with open(path, "wb") as raw:
-                raw.write(_header_bytes([(t["name"], t["dtype"], t["shape"], t["bytes"]) for t in shard]))
+                raw.write(_shard_header(shard))
                 handle = _BlockWriter(raw)
                 try:
                     for tensor in shard:
                         start = handle.tell()
-                        _write_tensor(handle, tensor, where, layout)
+                        if tensor["kind"] in ("copy", "cast"):
+                            _write_tensor(handle, tensor, where)
+                        else:
+                            target.write_layer(handle, tensor, where, layout)
                         if handle.tell() - start != tensor["bytes"]:
                             raise Nvfp4Error("internal error: %s wrote %d bytes, expected %d"
                                              % (tensor["name"], handle.tell() - start, tensor["bytes"]))
-                        weight_map[tensor["name"]] = shard_name
+                        weight_map.update((part[0], shard_name) for part in tensor["parts"])
                 finally:
                     handle.close()
             outputs[shard_name] = {"size": os.path.getsize(path)}
         index = {"metadata": {"total_size": sum(t["bytes"] for t in tensors)}, "weight_map": weight_map}
         with open(os.path.join(tmp, INDEX_FILE), "w") as handle:
             json.dump(index, handle, indent=2, sort_keys=True)
-        config.pop("quantization_config", None)
-        config["torch_dtype"] = "float16"
-        if isinstance(config.get("text_config"), dict):
-            config["text_config"].pop("quantization_config", None)
-            if "torch_dtype" in config["text_config"]:
-                config["text_config"]["torch_dtype"] = "float16"
+        config = target.edit_config(config)
         with open(os.path.join(tmp, "config.json"), "w") as handle:
             json.dump(config, handle, indent=2, sort_keys=True)
         for name in copy:
             shutil.copyfile(os.path.join(src, name), os.path.join(tmp, name))
         for name in (INDEX_FILE, "config.json"):
             outputs[name] = {"size": os.path.getsize(os.path.join(tmp, name))}
-        manifest = {"converter_version": CONVERTER_VERSION, "settings": settings, "outputs": outputs,
+        manifest = {"converter_version": target.version, "settings": settings, "outputs": outputs,
                     "inputs": _hashed(hasher, hashes, hash_errors, inputs)}
-        with open(os.path.join(tmp, MANIFEST_FILE), "w") as handle:
+        manifest.update(target.manifest_extra())
+        with open(os.path.join(tmp, target.manifest_file), "w") as handle:
             json.dump(manifest, handle, indent=2, sort_keys=True)
         # mkdtemp made the directory 0700; the copy gets the checkpoint directory's permissions.
         os.chmod(tmp, os.stat(src).st_mode & 0o7777)
@@ -848,4 +947,14 @@ def convert_checkpoint(src, dest, layout="auto", max_shard_size="5GB", check_mod
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    target.finished(result)
     return result
+
+
+def convert_checkpoint(src, dest, layout="auto", max_shard_size="5GB", check_mode=False):
+    """Convert the NVFP4 checkpoint in ``src`` to an FP16 one in ``dest``.
+
+    Returns {changed, layout, tensors_dequantized, tensors_copied, tensors_dropped, output_bytes,
+    shards (list of file names), manifest (path), files_copied, files_skipped, disk_free_bytes}.
+    """
+    return convert(src, dest, Fp16Target(), layout=layout, max_shard_size=max_shard_size, check_mode=check_mode)
