@@ -31,7 +31,8 @@ options:
         C(nvidia_driver_result) or null; C(runtime) its C(container_runtime_info) or null; C(server) its
         C(vllm_server_result) or null; C(rollout) its C(labfleet_rollout) (C(state) V(ok), V(failed) or
         V(not_reached), C(step), C(msg), C(batch), C(task)) or null; C(reachable) whether the host was still in the play
-        that writes the report (default V(true)).
+        that writes the report (default V(true)); C(doctor) its C(doctor_result) (C(labfleet.vllm.doctor) role) and
+        C(benchmark) its C(benchmark_result) (C(playbooks/benchmark.yml)), optional, each one section of the report.
     type: list
     elements: dict
     required: true
@@ -42,6 +43,14 @@ options:
     type: str
     default: rollout
     choices: [rollout, preflight]
+  previous:
+    description:
+      - The report document already on disk (the last rollout's). When given, the result is that document with
+        this run's C(doctor) and C(benchmark) sections put in host by host (the read-only playbooks
+        C(doctor.yml) and C(benchmark.yml) update the report this way); every host's outcome stays the last
+        rollout's. A document of another C(report_format), or a text that is not JSON, is replaced by this run's
+        report.
+    type: raw
 """
 
 EXAMPLES = r"""
@@ -69,18 +78,22 @@ _value:
       C(instances) with C(flags), C(ttft_s), C(tokens_per_s), C(health_s)) and C(failure) (rolled_back and failed
       hosts - C(step), C(msg), C(failed_instance), C(journal_tail)).
     - C(summary) holds C(hosts) (a count), C(by_outcome), C(by_state), C(allowed) and C(refused) (host names).
+    - C(doctor) and C(benchmark), when a record carries them - C(hosts) (each the host's record with C(host)) and
+      C(summary) (C(hosts), and C(by_status) and C(problem) for the doctor, C(instances) for the benchmark).
   type: dict
 """
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._report import build_report
+from ansible_collections.labfleet.vllm.plugins.module_utils._report import build_report, merge_report
 
 
-def fleet_report(records, mode="rollout"):
-    """The fleet report document from a list of per-host records."""
+def fleet_report(records, mode="rollout", previous=None):
+    """The fleet report document from a list of per-host records; with ``previous``, that document
+    with this run's doctor and benchmark sections merged in."""
     try:
-        return build_report(records, mode=mode)
+        fresh = build_report(records, mode=mode)
+        return fresh if previous is None else merge_report(previous, fresh)
     except ValueError as exc:
         raise AnsibleFilterError("labfleet.vllm.fleet_report: %s" % exc)
 

@@ -24,8 +24,9 @@ Every check returns one finding::
      "fix": what to change (package and version, flag and value, file and key, command),
      "evidence": {...}}
 
-``unknown`` says in ``fix`` what to collect; ``not_applicable`` says why. diagnose() runs all five
-and render_markdown() turns the results of several hosts into the fleet report's section.
+``unknown`` says in ``fix`` what to collect; ``not_applicable`` says why. diagnose() runs all five;
+summary_lines() gives a person one line per check; the fleet report's doctor section
+(roles/fleet_report/templates) renders the results of several hosts.
 
 Facts carry their source and a confidence (verified: read in the primary source; third_party;
 inferred) in SOURCES; findings list the keys they rest on in ``evidence["sources"]``.
@@ -1593,41 +1594,4 @@ def summary_lines(result):
         text = "%s: %s: %s" % (item.get("check"), item.get("status"), " ".join(str(item.get("cause") or "").split()))
         fix = " ".join(str(item.get("fix") or "").split())
         lines.append(text + (" Fix: " + fix if fix and item.get("status") in ("problem", "unknown") else ""))
-    return lines
-
-
-def _md(value):
-    text = "" if value is None else " ".join(str(value).split())
-    for old, new in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("[", "\\["), ("]", "\\]"), ("`", "\\`"),
-                     ("|", "\\|")):
-        text = text.replace(old, new)
-    return text
-
-
-def render_markdown(hosts, title="Doctor"):
-    """The fleet report's doctor section as Markdown lines: a summary line, then per host a table of
-    check, status, cause and fix. ``hosts``: {host: diagnose() result} or [{"host", ...result}]."""
-    if isinstance(hosts, dict):
-        items = sorted(hosts.items())
-    else:
-        items = [(_mapping(h).get("host"), h) for h in hosts or []]
-    counts = {}
-    for _name, result in items:
-        status = _mapping(result).get("status") or overall_status(_mapping(result).get("findings") or [])
-        counts[status] = counts.get(status, 0) + 1
-    lines = ["## %s" % _md(title), "",
-             "%d host(s): %s." % (len(items), ", ".join("%s: %d" % (s, counts[s]) for s in STATUSES if s in counts)
-                                  or "none")]
-    for name, result in items:
-        result = _mapping(result)
-        findings = [f for f in result.get("findings") or [] if isinstance(f, dict)]
-        status = result.get("status") or overall_status(findings)
-        lines.extend(["", "### %s: %s" % (_md(name), _md(status)), ""])
-        if result.get("instance"):
-            lines.extend(["Instance: %s." % _md(result["instance"]), ""])
-        lines.extend(["| check | status | cause | fix |", "|---|---|---|---|"])
-        for item in findings:
-            mark = "**%s**" % _md(item.get("status")) if item.get("status") == "problem" else _md(item.get("status"))
-            lines.append("| %s | %s | %s | %s |" % (
-                _md(item.get("check")), mark, _md(item.get("cause")) or "-", _md(item.get("fix")) or "-"))
     return lines

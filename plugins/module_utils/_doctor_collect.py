@@ -69,9 +69,13 @@ GATE_INPUT_KEYS = ("gpus", "driver_version", "image", "model", "policy_overrides
 
 
 def doctor_gate_inputs(gate_inputs, verdict):
-    """The gate's inputs for the out-of-memory check's search: the keys evaluate() takes, with the
-    model the plan serves (an NVFP4 checkpoint served from its FP16 copy is judged as that copy)."""
-    inputs = dict((k, v) for k, v in (gate_inputs or {}).items() if k in GATE_INPUT_KEYS and v is not None)
+    """The gate's inputs for the out-of-memory check's search (the preflight's preflight_gate_inputs):
+    the keys evaluate() takes, with the model the plan serves (an NVFP4 checkpoint served from its FP16 copy is judged as that copy)."""
+    gate_inputs = dict(gate_inputs or {})
+    if gate_inputs.get("gate_image"):
+        # The preflight records the image as deploy_gate took it (with state, reference, env) there.
+        gate_inputs["image"] = gate_inputs["gate_image"]
+    inputs = dict((k, v) for k, v in gate_inputs.items() if k in GATE_INPUT_KEYS and v is not None)
     if not inputs.get("model"):
         return {}
     if (verdict or {}).get("serving_path") == "fp16_fallback":

@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import math
 import re
 
@@ -309,6 +310,66 @@ def _count(values):
     return counts
 
 
+# Sections that the read-only playbooks add to the report (doctor.yml, benchmark.yml): the record key
+# each comes from. A later run of one of them updates its section host by host (merge_report).
+SECTIONS = ("doctor", "benchmark")
+_STATUS_ORDER = ("problem", "unknown", "healthy", "not_applicable")
+
+
+def _section(records, key):
+    """The section ``key`` from the records that carry it: {"hosts": [...], "summary": {...}}, or None."""
+    hosts = []
+    for record in records:
+        if isinstance(record, dict) and isinstance(record.get(key), dict):
+            hosts.append(dict(record[key], host=_text(record.get("host"))))
+    if not hosts:
+        return None
+    return _section_doc(key, hosts)
+
+
+def _section_doc(key, hosts):
+    hosts = sorted(hosts, key=lambda h: h["host"])
+    if key == "doctor":
+        summary = {"hosts": len(hosts), "by_status": _count(_text(h.get("status")) or "unknown" for h in hosts),
+                   "problem": [h["host"] for h in hosts if h.get("status") == "problem"]}
+    else:
+        summary = {"hosts": len(hosts), "instances": sum(len(h.get("instances") or []) for h in hosts)}
+    return {"hosts": hosts, "summary": summary}
+
+
+def merge_report(previous, fresh):
+    """``previous`` (the report document already on disk) with the sections of ``fresh`` (doctor,
+    benchmark) put in, host by host: a host of ``fresh``'s section replaces its entry, the others are
+    kept. The rest of ``previous`` (every host's outcome of the last rollout) stays as it was. When
+    ``previous`` is not a report of this format, ``fresh`` is the report (and says why)."""
+    if not isinstance(fresh, dict):
+        raise ValueError("fresh must be a report document")
+    if isinstance(previous, (str, bytes)):
+        try:
+            previous = json.loads(previous)
+        except ValueError:
+            out = dict(fresh)
+            out["previous_report"] = "the report on disk is not JSON, so it was replaced"
+            return out
+    if not isinstance(previous, dict) or previous.get("report_format") != REPORT_FORMAT \
+            or not isinstance(previous.get("hosts"), list):
+        out = dict(fresh)
+        if previous is not None:
+            out["previous_report"] = ("the report on disk is not a report_format %d document, so it was replaced"
+                                      % REPORT_FORMAT)
+        return out
+    out = dict(previous)
+    out.pop("previous_report", None)
+    for key in SECTIONS:
+        if not isinstance(fresh.get(key), dict):
+            continue
+        old = previous.get(key) if isinstance(previous.get(key), dict) else {}
+        hosts = dict((_text(h.get("host")), h) for h in old.get("hosts") or [] if isinstance(h, dict))
+        hosts.update((h["host"], h) for h in fresh[key]["hosts"])
+        out[key] = _section_doc(key, list(hosts.values()))
+    return out
+
+
 def build_report(records, mode="rollout", collection="labfleet.vllm"):
     """The whole report document from a list of per-host records (see docs/fleet_report.md).
 
@@ -324,7 +385,7 @@ def build_report(records, mode="rollout", collection="labfleet.vllm"):
     entries = sorted((host_entry(r, mode) for r in records), key=lambda e: e["host"])
     addresses = dict((_text(r.get("host")), _text(r.get("address"))) for r in records
                      if isinstance(r, dict) and _text(r.get("address")))
-    return {
+    doc = {
         "report_format": REPORT_FORMAT,
         "collection": collection,
         "mode": mode,
@@ -339,3 +400,8 @@ def build_report(records, mode="rollout", collection="labfleet.vllm"):
         },
         "scrape_targets": scrape_targets(entries, addresses),
     }
+    for key in SECTIONS:
+        section = _section(records, key)
+        if section:
+            doc[key] = section
+    return doc

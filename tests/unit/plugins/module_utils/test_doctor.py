@@ -764,22 +764,6 @@ def test_acs_and_iommu_parsers():
     assert D.iommu_mode("ro quiet") is None
 
 
-def test_render_markdown_has_a_section_per_host_and_escapes_values():
-    plan_verdict = verdict(LLAMA_8B, REFERENCE_ARGS)
-    healthy = D.diagnose(NVIDIA, HOST, IMAGE_085, plan_verdict, healthy_raw(plan_verdict),
-                         gate_inputs=gate_inputs(LLAMA_8B))
-    broken = D.diagnose(NO_GPU, {"cpu": XEON_V4, "container": CONTAINER_BROKEN}, None, None,
-                        {"daemon_json": BROKEN_DAEMON_JSON})
-    lines = D.render_markdown({"gpu02": broken, "gpu01|x": healthy})
-    assert lines[:3] == ["## Doctor", "", "2 host(s): healthy: 1, problem: 1."]
-    assert "### gpu01\\|x: healthy" in lines and "### gpu02: problem" in lines
-    assert lines.count("| check | status | cause | fix |") == 2
-    row = [line for line in lines if line.startswith("| gpu_in_container | **problem** |")]
-    assert len(row) == 1 and "line 5 column 1" in row[0]
-    assert "\\`dockerd --validate" in row[0]
-    assert all(line.count(" | ") == 3 for line in lines if line.startswith("| ") and "---" not in line)
-
-
 def test_every_fact_has_a_source_and_a_confidence():
     for key, (text, confidence) in D.SOURCES.items():
         assert text and confidence in ("verified", "third_party", "inferred"), key
