@@ -86,6 +86,8 @@ REASON_CODES = {
                                      "checkpoint's compressed-tensors scheme).",
     "QUANTIZATION_MISMATCH": "vllm.quantization names another method than the checkpoint's quant_method.",
     "QUANTIZATION_DTYPE_UNSUPPORTED": "The quantization method does not run with the serving dtype.",
+    "QUANT_GROUP_SIZE_UNSUPPORTED": "The GPTQ checkpoint's group size is one vLLM's gptq (exllama) kernels compute "
+                                    "wrong (not a multiple of the rows they step by).",
     "INSUFFICIENT_VRAM": "The weights, or the KV cache of one max_model_len sequence, do not fit in GPU memory.",
     "TENSOR_PARALLEL_EXCEEDS_GPUS": "tensor_parallel_size x pipeline_parallel_size exceeds the GPU count.",
 }
@@ -1257,6 +1259,7 @@ class _Evaluation:
                 self.check_ct_scheme(gpu)
         if entry is not None:
             self.check_act_dtype(key, entry, text)
+            self.check_group_size(key, entry, text)
         methods = self.image["quant_methods"]
         if methods is not None and not _quant_in_image(self.policy, key, entry, methods):
             hint = ""
@@ -1350,6 +1353,20 @@ class _Evaluation:
                         "('%s is not supported for quantization method %s'): set vllm.dtype to %s"
                         % (entry.get("label", key), text, " or ".join(allowed), self.vllm_label(), dtype,
                            "torch." + dtype, text, allowed[0]))
+
+    def check_group_size(self, key, entry, text):
+        """GPTQ's exllama kernels step through the rows in fixed blocks and change groups only at a
+        block's start (policy group_size_multiple): any other group size serves wrong tokens."""
+        multiple = entry.get("group_size_multiple")
+        group = self.inputs["model_raw"].get("quant_group_size")
+        if not multiple or isinstance(group, bool) or not isinstance(group, int) or group <= 0 or group % multiple == 0:
+            return
+        self.reason("QUANT_GROUP_SIZE_UNSUPPORTED",
+                    "%s, quantization %s, with group_size %d: the 4-bit kernels of %s move to the next group only every %d rows "
+                    "(csrc/quantization/gptq/q_gemm.cu), so rows of one group are scaled with another group's "
+                    "scale and zero: the server starts and answers wrong tokens, without an error; use a "
+                    "checkpoint quantized with a group_size that is a multiple of %d"
+                    % (entry.get("label", key), text, group, self.vllm_label(), multiple, multiple))
 
     def check_startup(self):
         """vLLM's startup validation for what the probes know (_vllm_startup.startup_checks): config

@@ -26,6 +26,8 @@ import re
 import stat
 import struct
 
+from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import GROUP_SIZES, repacked_tensor_bytes
+from ansible_collections.labfleet.vllm.plugins.module_utils._nvfp4 import BLOCK as NVFP4_BLOCK
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
     KNOWN_VLLM_QUANT_METHODS,
     QUANTIZATION,
@@ -940,6 +942,60 @@ def count_parameters(tensors, quant_bits=None, quantized=False):
     return stored, logical, ("unpacked" if unpacked else "stored_without_aux")
 
 
+# The float dtypes a converted copy (nvfp4_dequantize's FP16 copy, nvfp4_repack's GPTQ copy) stores as
+# float16; other tensors are copied as they are.
+_FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+# The prefix of an NVFP4 block scale's dtype, and the elements one packed byte holds.
+_NVFP4_SCALE_DTYPE = "F8_E4M3"
+_NVFP4_PER_BYTE = 2
+
+
+def nvfp4_linears(tensors):
+    """The NVFP4 linear weights among ``{name: {"dtype", "shape", "bytes"}}`` and what else a converted
+    copy keeps: (shapes, other_bytes).
+
+    An NVFP4 linear weight is a packed uint8 ``<layer>.weight`` (ModelOpt) or ``<layer>.weight_packed``
+    (compressed-tensors) [out, in/2] with a float8_e4m3 block scale ``<layer>.weight_scale`` [out, in/16]
+    (facts.md section 4). ``shapes`` counts them per shape: [{"out_features", "in_features", "count"}],
+    sorted. ``other_bytes`` is what the tensors that are neither those weights nor quantization
+    auxiliaries (scales, global scales, KV-cache scales) take in the copy: float tensors as float16
+    (2 bytes an element), the rest as they are. ([], None) when there is no NVFP4 weight.
+    """
+    counts = {}
+    linear = set()
+    for name, info in tensors.items():
+        prefix, _dot, last = name.rpartition(".")
+        if last not in ("weight", "weight_packed") or info["dtype"] != "U8" or len(info["shape"]) != 2:
+            continue
+        scale = tensors.get((prefix + "." if prefix else "") + "weight_scale")
+        rows, packed = info["shape"]
+        in_features = packed * _NVFP4_PER_BYTE
+        if (not scale or not scale["dtype"].startswith(_NVFP4_SCALE_DTYPE) or rows <= 0 or packed <= 0
+                or list(scale["shape"]) != [rows, in_features // NVFP4_BLOCK] or in_features % NVFP4_BLOCK):
+            continue
+        linear.add(name)
+        key = (rows, in_features)
+        counts[key] = counts.get(key, 0) + 1
+    if not linear:
+        return [], None
+    other = 0
+    for name, info in tensors.items():
+        if name in linear or _is_aux(name):
+            continue
+        other += info["numel"] * 2 if info["dtype"] in _FLOAT_DTYPES else info["bytes"]
+    shapes = [{"out_features": out, "in_features": inp, "count": n} for (out, inp), n in sorted(counts.items())]
+    return shapes, other
+
+
+def repacked_model_bytes(shapes, other_bytes, group_size):
+    """Bytes of the GPTQ int4 copy at ``group_size``: each NVFP4 linear weight repacked
+    (_gptq.repacked_tensor_bytes) plus the tensors the copy keeps (``other_bytes``)."""
+    total = other_bytes or 0
+    for shape in shapes:
+        total += shape["count"] * repacked_tensor_bytes(shape["out_features"], shape["in_features"], group_size)
+    return total
+
+
 def read_weights(model_dir, max_header_bytes=MAX_HEADER_BYTES):
     """Headers of the weights vLLM would load: the shards named by model.safetensors.index.json
     when it exists, otherwise every ``*.safetensors`` file of the directory (not recursive)."""
@@ -1067,7 +1123,9 @@ GATE_KEYS = ("weight_bytes", "param_count", "quant_method", "quant_scheme", "qua
              "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size", "model_type", "architectures",
              "rope_scaling", "sliding_window", "use_sliding_window", "model_max_length", "text_config_used",
              # the size of an FP16 copy (the plan's NVFP4 fallback)
-             "fp16_weight_bytes")
+             "fp16_weight_bytes",
+             # the NVFP4 linear weights by shape and the rest of a converted copy (the plan's GPTQ repack)
+             "nvfp4_linear_shapes", "nvfp4_other_bytes")
 
 
 def gate_input(model):
@@ -1122,6 +1180,11 @@ def read_model_dir(model_dir, max_header_bytes=MAX_HEADER_BYTES):
         "param_count_method": how,
         "fp16_weight_bytes": logical * 2 if logical is not None else None,
     })
+    shapes, other = nvfp4_linears(tensors) if model["quant_format"] == "nvfp4" else ([], None)
+    model["nvfp4_linear_shapes"] = shapes if shapes else None
+    model["nvfp4_other_bytes"] = other
+    model["gptq_repack_bytes"] = [{"group_size": g, "bytes": repacked_model_bytes(shapes, other, g)}
+                                  for g in GROUP_SIZES] if shapes else None
     if model["quantized"] and logical is None:
         notes.append("param_count_logical unknown: the quantization bit width is not declared, so packed "
                      "weights cannot be unpacked honestly")

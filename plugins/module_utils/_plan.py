@@ -34,7 +34,14 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._gate import (
     check_plain_value,
     evaluate,
 )
+from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import (
+    BITS as GPTQ_BITS,
+    EXPECTED_ERROR as GPTQ_EXPECTED_ERROR,
+    GROUP_SIZES as GPTQ_GROUP_SIZES,
+    repacked_tensor_bytes,
+)
 from ansible_collections.labfleet.vllm.plugins.module_utils._host import require_cuda_enforcement
+from ansible_collections.labfleet.vllm.plugins.module_utils._model import repacked_model_bytes
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
     arch_for_cc,
     has_control_chars,
@@ -56,7 +63,8 @@ PLAN_REASON_CODES = {
     "GPU_RUNTIME_BLOCKED": "The host's NVIDIA container runtime configuration would not start a container "
                            "with GPUs the way vllm_server asks for them (docker --gpus).",
     "FP16_FALLBACK_NOT_APPLICABLE": "request.serving_path is fp16_fallback but the checkpoint is not NVFP4.",
-    "INSUFFICIENT_DISK": "The FP16 copy of an NVFP4 checkpoint does not fit on the filesystem it goes to.",
+    "GPTQ_REPACK_NOT_APPLICABLE": "request.serving_path is gptq_repack but the checkpoint is not NVFP4.",
+    "INSUFFICIENT_DISK": "The FP16 or GPTQ copy of an NVFP4 checkpoint does not fit on the filesystem it goes to.",
 }
 PLAN_WARNING_CODES = {
     "DRIVER_NOT_MANAGED": "The driver is not managed by the rollout; the gate judged the installed one.",
@@ -64,13 +72,21 @@ PLAN_WARNING_CODES = {
                            "FP16 copy once and serves that (4x the weight memory).",
     "FP16_COPY_DISK_UNCHECKED": "The free disk space for the FP16 copy is unknown; the converter checks it "
                                 "before it writes anything.",
+    "NVFP4_GPTQ_REPACK": "The NVFP4 checkpoint cannot be served natively here and its FP16 copy does not fit; "
+                         "vllm_server repacks it once to a GPTQ int4 copy and serves that with --quantization gptq "
+                         "(about 4.2 to 5.3 bits per weight, a small accuracy cost).",
+    "GPTQ_COPY_DISK_UNCHECKED": "The free disk space for the GPTQ copy is unknown; the converter checks it "
+                                "before it writes anything.",
 }
 
 # How the checkpoint is served (request.serving_path; plan serving_path): as it is, or (an NVFP4
-# checkpoint on GPUs the image's vLLM has no FP4 kernels for) from an FP16 copy dequantized once
-# on the host by labfleet.vllm.nvfp4_dequantize. "auto": native when the gate allows it, else the
-# FP16 fallback when the checkpoint is NVFP4 and the copy fits in VRAM and on disk.
-SERVING_PATHS = ("auto", "native", "fp16_fallback")
+# checkpoint on GPUs the image's vLLM has no FP4 kernels for) from a copy made once on the host:
+# FP16 (labfleet.vllm.nvfp4_dequantize) or GPTQ int4 (labfleet.vllm.nvfp4_repack). "auto": native
+# when the gate allows it, else the FP16 fallback when the checkpoint is NVFP4 and the copy fits in
+# VRAM and on disk, else the GPTQ repack with the smallest group size that fits.
+SERVING_PATHS = ("auto", "native", "fp16_fallback", "gptq_repack")
+# The serving paths that serve a converted copy of the checkpoint.
+CONVERTED_PATHS = ("fp16_fallback", "gptq_repack")
 # The native refusals an FP16 copy gets around: no FP4 kernels for these GPUs in the image's vLLM.
 FALLBACK_TRIGGERS = ("QUANTIZATION_UNSUPPORTED_ON_ARCH", "QUANTIZATION_UNKNOWN_TO_IMAGE",
                      "QUANTIZATION_DTYPE_UNSUPPORTED")
@@ -79,7 +95,13 @@ _QUANT_MODEL_KEYS = ("quant_method", "quant_scheme", "quant_bits", "quant_group_
 # labfleet.vllm.nvfp4_dequantize's manifest in a finished FP16 copy (_nvfp4.MANIFEST_FILE).
 FP16_COPY_MANIFEST = "nvfp4_dequantize_manifest.json"
 FP16_COPY_SUFFIX = "-fp16"
-
+# labfleet.vllm.nvfp4_repack's manifest in a finished GPTQ copy, and the copy's default directory:
+# model_path + "-gptq" + the group size.
+GPTQ_COPY_MANIFEST = "nvfp4_repack_manifest.json"
+GPTQ_COPY_SUFFIX = "-gptq"
+# The vLLM arguments the GPTQ copy is served with: vLLM's gptq method (exllama kernels), which runs
+# in float16 only (policy QUANTIZATION gptq act_dtypes).
+REPACK_VLLM_ARGS = {"quantization": "gptq", "dtype": "float16"}
 # Which step a reason code blocks (the others are reported as not run).
 STEP_OF_CODE = {
     "DRIVER_LIBRARY_MISMATCH": "driver",
@@ -93,6 +115,7 @@ STEP_OF_CODE = {
     "QUANTIZATION_UNKNOWN_TO_IMAGE": "image",
     "COMPUTE_CAPABILITY_TOO_LOW": "image",
     "FP16_FALLBACK_NOT_APPLICABLE": "model",
+    "GPTQ_REPACK_NOT_APPLICABLE": "model",
     "INSUFFICIENT_DISK": "model",
 }
 STEPS = ("driver", "runtime", "image", "model", "server")
@@ -218,27 +241,63 @@ def fp16_copy_path(model_path, fp16_model_path=None):
     return model_path.rstrip("/") + FP16_COPY_SUFFIX
 
 
+def gptq_copy_path(model_path, gptq_model_path=None, group_size=None):
+    """Where the GPTQ copy of an NVFP4 checkpoint goes: request.gptq_model_path, else the model
+    directory's path with "-gptq<group size>" appended (beside it)."""
+    if gptq_model_path:
+        return gptq_model_path
+    if not model_path or not model_path.rstrip("/") or not group_size:
+        return None
+    return "%s%s%d" % (model_path.rstrip("/"), GPTQ_COPY_SUFFIX, group_size)
+
+
+def _copy_path(request, key, model_path, example, what):
+    """request[key], a directory for a converted copy: None, or an absolute one-line path outside
+    model_path (and not above it)."""
+    raw = _to_str(request.get(key), "request.%s" % key, allow_numbers=False)
+    text = raw.strip() if raw and raw.strip() else None
+    if text is None:
+        return None
+    if has_control_chars(raw) or not text.startswith("/"):
+        raise GateInputError("request.%s: expected an absolute one-line path (e.g. %s), got %s"
+                             % (key, example, _short(text)))
+    text = text.rstrip("/") or "/"
+    if model_path:
+        src = model_path.rstrip("/")
+        if text == src or text.startswith(src + "/") or src.startswith(text + "/") or text == "/":
+            raise GateInputError("request.%s %s must be outside request.model_path %s (and not a directory above "
+                                 "it): the %s is written beside the checkpoint, never into it"
+                                 % (key, text, model_path, what))
+    return text
+
+
+def _group_size(value):
+    """request.gptq_group_size: None (the gate picks), or one of the repacker's group sizes."""
+    if value is None or (isinstance(value, str) and value.strip() in ("", "0", "auto")):
+        return None
+    number = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and is_ascii_digits(value.strip()) and len(value.strip()) <= 4:
+        number = int(value.strip())
+    if number == 0:
+        return None
+    if number not in GPTQ_GROUP_SIZES:
+        raise GateInputError("request.gptq_group_size: expected one of %s, or 0 (the gate picks the smallest that "
+                             "fits), got %s" % (", ".join(str(g) for g in GPTQ_GROUP_SIZES), _short(value)))
+    return number
+
+
 def _serving_request(request, model_path):
     mode = _to_str(request.get("serving_path"), "request.serving_path", allow_numbers=False)
     mode = (mode or "auto").strip().lower()
     if mode not in SERVING_PATHS:
         raise GateInputError("request.serving_path: expected one of %s, got %s"
                              % (", ".join(SERVING_PATHS), _short(request.get("serving_path"))))
-    raw = _to_str(request.get("fp16_model_path"), "request.fp16_model_path", allow_numbers=False)
-    text = raw.strip() if raw and raw.strip() else None
-    if text is not None:
-        if has_control_chars(raw) or not text.startswith("/"):
-            raise GateInputError("request.fp16_model_path: expected an absolute one-line path (e.g. "
-                                 "/srv/models/model-fp16), got %s" % _short(text))
-        text = text.rstrip("/") or "/"
-    path = fp16_copy_path(model_path, text)
-    if path and model_path:
-        src = model_path.rstrip("/")
-        if path == src or path.startswith(src + "/") or src.startswith(path + "/") or path == "/":
-            raise GateInputError("request.fp16_model_path %s must be outside request.model_path %s (and not a "
-                                 "directory above it): the FP16 copy is written beside the checkpoint, never "
-                                 "into it" % (path, model_path))
-    return mode, path
+    fp16 = fp16_copy_path(model_path, _copy_path(request, "fp16_model_path", model_path, "/srv/models/model-fp16",
+                                                 "FP16 copy"))
+    gptq = _copy_path(request, "gptq_model_path", model_path, "/srv/models/model-gptq", "GPTQ copy")
+    return mode, fp16, gptq, _group_size(request.get("gptq_group_size"))
 
 
 def normalize_request(request, vllm=None):
@@ -249,7 +308,7 @@ def normalize_request(request, vllm=None):
     """
     request = _to_mapping(request, "request", "image, image_digest, model_path, served_model_name, vllm_args, "
                                               "enforce_eager, extra_args, instances, driver, serving_path, "
-                                              "fp16_model_path")
+                                              "fp16_model_path, gptq_model_path, gptq_group_size")
     out = {}
     for key in ("image", "image_digest", "model_path", "served_model_name"):
         text = _to_str(request.get(key), "request.%s" % key, allow_numbers=False)
@@ -260,7 +319,8 @@ def normalize_request(request, vllm=None):
     if out["image_digest"] and not re.match(r"^sha256:[0-9a-f]{64}\Z", out["image_digest"]):
         raise GateInputError("request.image_digest: expected sha256:<64 lower-case hex digits>, got %s"
                              % _short(out["image_digest"]))
-    out["serving_path"], out["fp16_model_path"] = _serving_request(request, out["model_path"])
+    (out["serving_path"], out["fp16_model_path"], out["gptq_model_path"],
+     out["gptq_group_size"]) = _serving_request(request, out["model_path"])
     base = _check_args(vllm, "vllm", strict=False)
     base.update(_check_args(request.get("vllm_args"), "request.vllm_args"))
     out["enforce_eager"] = _enforce_eager_value(base.pop("enforce_eager", request.get("enforce_eager")),
@@ -493,20 +553,21 @@ def _version_of(value):
 
 def plan(gpus=None, driver_version=None, image=None, model=None, vllm=None, policy_overrides=None,
          nvlink=None, driver_library_mismatch=False, cuda_driver_version=None, request=None, host=None,
-         today=None, lost_gpus=None, fp16_copy=None):
+         today=None, lost_gpus=None, fp16_copy=None, gptq_copy=None):
     """The verdict as a plan of the target state. Returns evaluate()'s keys (allowed, reasons,
     warnings, effective_vllm, plan, driver_requirements, policy_version) for the first instance
     and the whole host, plus steps, instances, serving_path, serving, target, deployment and
     summary. ``fp16_copy`` ({complete, disk_free_bytes}) describes the FP16 copy's directory
-    (request.fp16_model_path) for the NVFP4 fallback. Raises GateInputError, and only that, on
-    malformed input."""
+    (request.fp16_model_path) for the NVFP4 fallback, ``gptq_copy`` ({complete_paths (the GPTQ copy
+    directories with a finished manifest), disk_free_bytes}) the GPTQ copy's for the repack. Raises
+    GateInputError, and only that, on malformed input."""
     return input_errors_only(_plan, gpus, driver_version, image, model, vllm, policy_overrides, nvlink,
                              driver_library_mismatch, cuda_driver_version, request, host, today, lost_gpus,
-                             fp16_copy)
+                             fp16_copy, gptq_copy)
 
 
 def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, driver_library_mismatch,
-          cuda_driver_version, request, host, today, lost_gpus=None, fp16_copy=None):
+          cuda_driver_version, request, host, today, lost_gpus=None, fp16_copy=None, gptq_copy=None):
     if today is None:
         today = datetime.date.today()
     # Without a request (deploy_gate's older callers) the installed driver is judged as it is.
@@ -521,6 +582,9 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
     image = _to_mapping(image, "image", "cuda_version, require_cuda, arch_list, quantization_methods, vllm_version")
     model = _to_mapping(model, "model", "weight_bytes, num_hidden_layers, ...")
     fp16_copy = _to_mapping(fp16_copy, "fp16_copy", "complete, disk_free_bytes")
+    gptq_copy = _to_mapping(gptq_copy, "gptq_copy", "complete_paths, disk_free_bytes")
+    if gptq_copy.get("complete_paths") is not None:
+        gptq_copy["complete_paths"] = _str_list(gptq_copy["complete_paths"], "gptq_copy.complete_paths")
     gpus = gpus if gpus is not None else []
     if not isinstance(gpus, (list, tuple)):
         raise GateInputError("gpus: expected a list of mappings with name, compute_capability and "
@@ -561,7 +625,7 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
         warnings.append({"code": "DRIVER_NOT_MANAGED", "message": driver_step["why"]})
     judge = dict(req=req, gpus=gpus, policy=policy, common=common, target=target)
     native = _judge_instances(**judge)
-    serving = _serving_path(req, model, native, judge, fp16_copy)
+    serving = _serving_path(req, model, native, judge, fp16_copy, gptq_copy)
     chosen = serving.pop("judged")
     quiet = serving.pop("quiet", False)
     instances = chosen["instances"]
@@ -653,26 +717,20 @@ def _gptq_note(policy, params, ranks):
             % (_gib(params * per_param / ranks), ranks, "" if ranks == 1 else "s", runs))
 
 
-def _fallback_vram_message(plan_, fp16_bytes, params, policy):
-    """INSUFFICIENT_VRAM for the FP16 copy: the numbers and the ways out."""
+def _budget_text(plan_):
+    return "%s x gpu_memory_utilization %.2f - %s reserve" % (
+        _gib(plan_.get("gpu_memory_total_bytes") or 0), plan_.get("gpu_memory_utilization") or 0,
+        _gib(plan_.get("reserve_bytes") or 0))
+
+
+def _vram_ways(plan_, size, gptq=None):
+    """The ways out of INSUFFICIENT_VRAM for weights of ``size`` bytes planned as ``plan_``: CPU
+    offload with the amount, and the GPU count that would fit (``gptq``: a note to put first)."""
     ranks = plan_.get("gpus_used") or 1
-    per_gpu = plan_.get("weights_bytes_per_gpu")
-    usable = plan_.get("usable_bytes_per_gpu")
+    per_gpu = plan_.get("weights_bytes_per_gpu") or 0
+    usable = plan_.get("usable_bytes_per_gpu") or 0
     seq = plan_.get("sequence_kv_bytes_per_gpu") or 0
-    total = plan_.get("gpu_memory_total_bytes")
-    if per_gpu is None or usable is None or total is None:
-        return None
-    size = fp16_bytes if fp16_bytes else per_gpu * ranks
-    text = ("the FP16 fallback does not fit either: dequantized to FP16 the weights are %s, %s per GPU over %d "
-            "GPU%s, and one %s-token sequence of KV cache adds %s per GPU, but only %s per GPU is usable (%s x "
-            "gpu_memory_utilization %.2f - %s reserve)"
-            % (_gb(size), _gib(per_gpu), ranks, "" if ranks == 1 else "s", plan_.get("max_model_len") or "?",
-               _gib(seq), _gib(usable), _gib(total), plan_.get("gpu_memory_utilization") or 0,
-               _gib(plan_.get("reserve_bytes") or 0)))
-    ways = []
-    gptq = _gptq_note(policy, params, ranks)
-    if gptq:
-        ways.append(gptq)
+    ways = [gptq] if gptq else []
     short = per_gpu + seq - usable
     if short > 0:
         offload = int(-(-short // GIB)) + 1
@@ -680,10 +738,34 @@ def _fallback_vram_message(plan_, fp16_bytes, params, policy):
                     "every forward pass streams the offloaded weights over PCIe, so it is slow)"
                     % (offload, offload, offload * ranks))
     room = usable - seq
-    if room > 0:
+    if room > 0 and size:
         needed = int(-(-size // room))
         if needed > ranks:
             ways.append("%d or more such GPUs (tensor_parallel_size)" % needed)
+    return ways
+
+
+def _fallback_vram_text(plan_, fp16_bytes):
+    """The FP16 copy's INSUFFICIENT_VRAM numbers (None when the memory plan lacks them)."""
+    ranks = plan_.get("gpus_used") or 1
+    per_gpu = plan_.get("weights_bytes_per_gpu")
+    usable = plan_.get("usable_bytes_per_gpu")
+    if per_gpu is None or usable is None or plan_.get("gpu_memory_total_bytes") is None:
+        return None
+    size = fp16_bytes if fp16_bytes else per_gpu * ranks
+    return ("the FP16 fallback does not fit either: dequantized to FP16 the weights are %s, %s per GPU over %d "
+            "GPU%s, and one %s-token sequence of KV cache adds %s per GPU, but only %s per GPU is usable (%s)"
+            % (_gb(size), _gib(per_gpu), ranks, "" if ranks == 1 else "s", plan_.get("max_model_len") or "?",
+               _gib(plan_.get("sequence_kv_bytes_per_gpu") or 0), _gib(usable), _budget_text(plan_)))
+
+
+def _fallback_vram_message(plan_, fp16_bytes, params, policy):
+    """INSUFFICIENT_VRAM for the FP16 copy: the numbers and the ways out."""
+    text = _fallback_vram_text(plan_, fp16_bytes)
+    if text is None:
+        return None
+    size = fp16_bytes if fp16_bytes else plan_["weights_bytes_per_gpu"] * (plan_.get("gpus_used") or 1)
+    ways = _vram_ways(plan_, size, _gptq_note(policy, params, plan_.get("gpus_used") or 1))
     return text + ". Alternatives: " + "; ".join(ways) if ways else text
 
 
@@ -699,34 +781,311 @@ def _fallback_model(model):
     return copy, copy["weight_bytes"], params
 
 
-def _serving_path(req, model, native, judge, fp16_copy):
+# ---------------------------------------------------------------------------------------------
+# The GPTQ repack of an NVFP4 checkpoint
+# ---------------------------------------------------------------------------------------------
+
+# The model_facts keys that size the GPTQ copy; at most this many distinct shapes are read.
+_MAX_SHAPES = 4096
+
+
+def linear_shapes(model):
+    """model.nvfp4_linear_shapes checked ([{out_features, in_features, count}], positive ints) and
+    model.nvfp4_other_bytes, or (None, None) when the shapes are not given; raises GateInputError."""
+    shapes = model.get("nvfp4_linear_shapes")
+    if shapes is None or shapes == []:
+        return None, None
+    if not isinstance(shapes, (list, tuple)) or len(shapes) > _MAX_SHAPES:
+        raise GateInputError("model.nvfp4_linear_shapes: expected a list of at most %d {out_features, in_features, "
+                             "count} (model_facts reports it), got %s" % (_MAX_SHAPES, _short(shapes)))
+    out = []
+    for index, item in enumerate(shapes):
+        where = "model.nvfp4_linear_shapes[%d]" % index
+        item = _to_mapping(item, where, "out_features, in_features, count")
+        entry = {}
+        for key in ("out_features", "in_features", "count"):
+            value = item.get(key)
+            number = _positive_int(value) if not isinstance(value, float) else None
+            if number is None or number > 2 ** 40:
+                raise GateInputError("%s.%s: expected a positive integer, got %s" % (where, key, _short(value)))
+            entry[key] = number
+        out.append(entry)
+    other = model.get("nvfp4_other_bytes")
+    other_bytes = 0 if other in (None, 0) else _positive_int(other) if not isinstance(other, float) else None
+    if other_bytes is None or other_bytes > 2 ** 62:
+        raise GateInputError("model.nvfp4_other_bytes: expected bytes (an integer >= 0), got %s" % _short(other))
+    return out, other_bytes
+
+
+def _bits_per_weight(shapes, group_size):
+    """Bits per weight of the repacked NVFP4 linear weights (qweight, qzeros, scales, g_idx)."""
+    params = sum(s["count"] * s["out_features"] * s["in_features"] for s in shapes)
+    stored = sum(s["count"] * repacked_tensor_bytes(s["out_features"], s["in_features"], group_size) for s in shapes)
+    return round(stored * 8.0 / params, 2) if params else None
+
+
+def _repack_model(model, group_size, size):
+    """The gate's model input for the GPTQ copy: gptq 4-bit at ``group_size``, float16, ``size`` bytes."""
+    copy = dict(model)
+    for key in _QUANT_MODEL_KEYS:
+        copy[key] = None
+    copy.update(quant_method="gptq", quant_bits=GPTQ_BITS, quant_group_size=group_size, torch_dtype="float16",
+                weight_bytes=size)
+    return copy
+
+
+def _error_text(error):
+    rms = (error or {}).get("rel_rms")
+    return ("expected error %.1f%% relative RMS against the NVFP4 weights (%s)" % (rms * 100, error.get("source"))
+            if isinstance(rms, (int, float)) else "expected error not measured yet (%s)"
+            % ((error or {}).get("source") or "no figure"))
+
+
+def _candidate(group, judged, size, shapes, extra_reasons):
+    plans = [i["memory_plan"] for i in judged["instances"]]
+    first = plans[0] if plans else {}
+    tokens = [p.get("kv_cache_tokens") for p in plans if p.get("kv_cache_tokens") is not None]
+    reasons = list(extra_reasons) + list(judged["reasons"])
+    return {
+        "group_size": group,
+        "allowed": not reasons,
+        "reasons": [r["code"] for r in reasons],
+        "why": reasons[0]["message"] if reasons else "fits",
+        "repacked_bytes": size,
+        "bits_per_weight": _bits_per_weight(shapes, group) if shapes else None,
+        "weights_bytes_per_gpu": first.get("weights_bytes_per_gpu"),
+        "sequence_kv_bytes_per_gpu": first.get("sequence_kv_bytes_per_gpu"),
+        "usable_bytes_per_gpu": first.get("usable_bytes_per_gpu"),
+        "kv_cache_tokens": min(tokens) if tokens else None,
+        "expected_error": dict(GPTQ_EXPECTED_ERROR.get(group) or {}),
+        "_judged": judged,
+        "_reasons": reasons,
+    }
+
+
+def _repack_candidates(req, model, judge):
+    """Every group size tried for the GPTQ copy, smallest first, until one fits: (candidates, shapes)."""
+    shapes, other = linear_shapes(model)
+    groups = [req["gptq_group_size"]] if req["gptq_group_size"] else list(GPTQ_GROUP_SIZES)
+    out = []
+    for group in groups:
+        size = repacked_model_bytes(shapes, other, group) if shapes else None
+        misaligned = [s for s in shapes or () if s["in_features"] % group]
+        extra = []
+        if misaligned:
+            s = misaligned[0]
+            extra.append({
+                "code": "QUANT_GROUP_SIZE_NOT_ALIGNED",
+                "message": "group size %d: %d NVFP4 linear weight%s of shape [%d, %d] %s in_features %d, not a "
+                           "multiple of %d, so vLLM's gptq create_weights raises 'The input size is not aligned with "
+                           "the quantized weight shape'" % (group, s["count"], "" if s["count"] == 1 else "s",
+                                                            s["out_features"], s["in_features"],
+                                                            "has" if s["count"] == 1 else "have", s["in_features"],
+                                                            group)})
+        judged = _judge_instances(model=_repack_model(model, group, size), set_args=REPACK_VLLM_ARGS, **judge)
+        out.append(_candidate(group, judged, size, shapes, extra))
+        if out[-1]["allowed"]:
+            break
+    return out, shapes
+
+
+# How the candidate list names a group size's refusal.
+_CANDIDATE_WORDS = {
+    "QUANT_GROUP_SIZE_UNSUPPORTED": "the gptq kernels compute it wrong",
+    "QUANT_GROUP_SIZE_NOT_ALIGNED": "a layer's input is not a multiple of it",
+    "QUANT_OUTPUT_NOT_ALIGNED": "a layer's output is not a multiple of 8",
+}
+
+
+def _candidate_text(cand):
+    """One group size's outcome in a few words (the kernel or shape refusal first, then the memory)."""
+    group = cand["group_size"]
+    if cand["allowed"]:
+        return "group size %d fits (KV cache for %s tokens)" % (group, cand["kv_cache_tokens"])
+    words = ["%s (%s)" % (_CANDIDATE_WORDS[c], c) if c in _CANDIDATE_WORDS else c
+             for c in cand["reasons"] if c != "INSUFFICIENT_VRAM"]
+    if "INSUFFICIENT_VRAM" in cand["reasons"] and cand["weights_bytes_per_gpu"] is not None:
+        size = "%s, " % _gb(cand["repacked_bytes"]) if cand["repacked_bytes"] else ""
+        words.append("%s%s of weights per GPU + %s for one sequence leave KV cache for %s tokens"
+                     % (size, _gib(cand["weights_bytes_per_gpu"]), _gib(cand["sequence_kv_bytes_per_gpu"] or 0),
+                        cand["kv_cache_tokens"] if cand["kv_cache_tokens"] is not None else "no"))
+    elif "INSUFFICIENT_VRAM" in cand["reasons"]:
+        words.append("INSUFFICIENT_VRAM")
+    return "group size %d: %s" % (group, "; ".join(words))
+
+
+def _repack_vram_message(cands, fallback_text):
+    """INSUFFICIENT_VRAM when no group size fits: what each needs against what is usable, the ways out."""
+    sized = [c for c in cands if c["weights_bytes_per_gpu"] is not None]
+    last = sized[-1] if sized else cands[-1]
+    plan_ = last["_judged"]["first"]["plan"] if last["_judged"]["first"] else {}
+    text = ("repacked to GPTQ int4 it does not fit either at the requested max_model_len %s: %s; usable per GPU: "
+            "%s (%s)" % (plan_.get("max_model_len") or "?", "; ".join(_candidate_text(c) for c in cands),
+                         _gib(plan_.get("usable_bytes_per_gpu") or 0), _budget_text(plan_)))
+    if fallback_text:
+        text = fallback_text + "; " + text
+    ways = _vram_ways(plan_, last["repacked_bytes"]) if plan_ else []
+    tokens = last["kv_cache_tokens"]
+    if tokens:
+        ways.append("vllm_args.max_model_len: %d or less (group size %d)" % (
+            (tokens // 1024) * 1024 if tokens >= 1024 else (tokens // 16) * 16, last["group_size"]))
+    return text + ". Alternatives: " + "; ".join(ways) if ways else text
+
+
+def _copy_disk(kind, dest, needed, measured, field, unchecked_code):
+    """The disk side of a converted copy at ``dest`` (``kind``: "FP16 copy" or "GPTQ copy"):
+    (record, text, reason or None, warning or None). ``measured``: {complete, disk_free_bytes}."""
+    measured = dict(measured or {})
+    complete = measured.get("complete") is True or dest in (measured.get("complete_paths") or ())
+    free = _positive_int(measured.get("disk_free_bytes")) if measured.get("disk_free_bytes") != 0 else 0
+    record = {"path": dest, "complete": complete, "disk_free_bytes": free,
+              "disk_needed_bytes": 0 if complete else needed}
+    if complete:
+        return record, ("the %s at %s is already complete (its manifest is there; the converter re-checks it)"
+                        % (kind, dest)), None, None
+    if needed is None:
+        return record, "the %s's size is unknown until model_facts reads the checkpoint" % kind, None, None
+    text = "about %s goes to %s" % (_gb(needed), dest)
+    if free is None:
+        return record, text, None, {
+            "code": unchecked_code,
+            "message": "the free disk space at %s is unknown, so the gate could not check that the %s (about %s) "
+                       "fits; the converter checks it before it writes anything" % (dest, kind, _gb(needed))}
+    if free < needed:
+        return record, text, {
+            "code": "INSUFFICIENT_DISK",
+            "message": "the %s of the NVFP4 checkpoint needs about %s at %s, but that filesystem has %s free: free "
+                       "%s there or set %s to a directory on a larger filesystem"
+                       % (kind, _gb(needed), dest, _gb(free), _gb(needed - free), field)}, None
+    return record, text, None, None
+
+
+def _fp16_option(req, model, judge, fp16_copy, native_why):
+    """The FP16 copy as a serving path: {judged, reasons, warnings, why, fields, ok}."""
+    policy = judge["policy"]
+    dest = req["fp16_model_path"]
+    fb_model, fp16_bytes, params = _fallback_model(model)
+
+    def note(memory_plan):
+        return _fallback_vram_message(memory_plan, fp16_bytes, params, policy)
+
+    judged = _judge_instances(model=fb_model, drop_args=("quantization",), vram_note=note, **judge)
+    record, disk, disk_reason, disk_warning = _copy_disk("FP16 copy", dest, fp16_bytes, fp16_copy,
+                                                         "request.fp16_model_path", "FP16_COPY_DISK_UNCHECKED")
+    option = {"judged": judged, "reasons": [], "warnings": [], "ok": False, "fp16_bytes": fp16_bytes,
+              "fields": {"path": "fp16_fallback", "model_path": dest, "fp16_model_path": dest,
+                         "fp16_weight_bytes": fp16_bytes, "fp16_copy": record}}
+    if judged["reasons"]:
+        option["why"] = "the FP16 fallback is refused too (%s)" % ", ".join(
+            sorted(set(r["code"] for r in judged["reasons"])))
+        return option
+    if disk_reason:
+        option["reasons"].append(disk_reason)
+        option["why"] = "the FP16 copy does not fit on disk"
+        return option
+    if disk_warning:
+        option["warnings"].append(disk_warning)
+    option["ok"] = True
+    option["why"] = ("%s; vllm_server dequantizes the checkpoint once with labfleet.vllm.nvfp4_dequantize and "
+                     "serves the FP16 copy without --quantization (%s)" % (native_why, disk))
+    option["warnings"].append({"code": "NVFP4_FP16_FALLBACK", "message": option["why"]})
+    return option
+
+
+def _repack_option(req, model, judge, gptq_copy, native_why, fallback):
+    """The GPTQ int4 copy as a serving path: {judged, reasons, warnings, why, fields, ok}; ``fallback``
+    is the FP16 option it comes after (None when the request forces the repack)."""
+    cands, shapes = _repack_candidates(req, model, judge)
+    chosen = cands[-1] if cands[-1]["allowed"] else None
+    sized = [c for c in cands if c["weights_bytes_per_gpu"] is not None]
+    shown = chosen or (sized[-1] if sized else cands[-1])
+    group = shown["group_size"]
+    dest = gptq_copy_path(req["model_path"], req["gptq_model_path"], group)
+    record, disk, disk_reason, disk_warning = _copy_disk("GPTQ copy", dest, shown["repacked_bytes"], gptq_copy,
+                                                         "request.gptq_model_path", "GPTQ_COPY_DISK_UNCHECKED")
+    judged = shown["_judged"]
+    plan_ = judged["first"]["plan"] if judged["first"] else {}
+    repack = {
+        "group_size": group,
+        "bits_per_weight": shown["bits_per_weight"],
+        "model_path": dest,
+        "repacked_bytes": shown["repacked_bytes"],
+        "repacked_bytes_per_gpu": plan_.get("weights_bytes_per_gpu"),
+        "repacked_gib_per_gpu": round(plan_["weights_bytes_per_gpu"] / float(GIB), 2)
+        if plan_.get("weights_bytes_per_gpu") is not None else None,
+        "sized_from": "model.nvfp4_linear_shapes" if shapes else "model.param_count (estimated)",
+        "expected_error": shown["expected_error"],
+        "kv_cache_tokens": shown["kv_cache_tokens"],
+        "max_model_len": plan_.get("max_model_len"),
+        "vllm_args": dict(REPACK_VLLM_ARGS, model=dest),
+        "candidates": [dict((k, v) for k, v in c.items() if not k.startswith("_")) for c in cands],
+    }
+    option = {"judged": judged, "reasons": [], "warnings": [], "ok": False,
+              "fields": {"path": "gptq_repack", "model_path": dest, "gptq_model_path": dest, "gptq_copy": record,
+                         "gptq_repack": repack}}
+    if chosen is None:
+        fallback_text = None
+        if fallback is not None and fallback["judged"]["first"]:
+            fallback_text = _fallback_vram_text(fallback["judged"]["first"]["plan"], fallback["fp16_bytes"])
+        message = _repack_vram_message(cands, fallback_text)
+        reasons = [dict(r, message=message) if r["code"] == "INSUFFICIENT_VRAM" else r for r in shown["_reasons"]]
+        # The candidate's own reasons (alignment) and the instances' go through as the judged ones.
+        option["judged"] = dict(judged, reasons=[])
+        option["reasons"] = reasons
+        option["why"] = "no GPTQ group size works here (%s)" % "; ".join(_candidate_text(c) for c in cands)
+        return option
+    if disk_reason:
+        option["reasons"].append(disk_reason)
+        option["why"] = "the GPTQ copy (group size %d) does not fit on disk" % group
+        return option
+    if disk_warning:
+        option["warnings"].append(disk_warning)
+    skipped = "; ".join(_candidate_text(c) for c in cands[:-1])
+    size = _gb(repack["repacked_bytes"]) if repack["repacked_bytes"] else "size unknown"
+    if repack["repacked_bytes_per_gpu"] is not None:
+        size += ", %s per GPU" % _gib(repack["repacked_bytes_per_gpu"])
+    option["ok"] = True
+    option["why"] = (
+        "%s%s; vllm_server repacks the checkpoint once to GPTQ int4 with labfleet.vllm.nvfp4_repack and serves it "
+        "with --quantization gptq --dtype float16: group size %d (%s, ~%s bits per weight, %s) leaves KV cache for "
+        "%s tokens at max_model_len %s%s; %s"
+        % (native_why, " and " + fallback["why"] if fallback is not None else "", group, size,
+           repack["bits_per_weight"] if repack["bits_per_weight"] is not None else "?",
+           _error_text(repack["expected_error"]), repack["kv_cache_tokens"], repack["max_model_len"] or "?",
+           "; smaller group sizes do not work here (%s)" % skipped if skipped else "", disk))
+    option["warnings"].append({"code": "NVFP4_GPTQ_REPACK", "message": option["why"]})
+    return option
+
+
+def _serving_path(req, model, native, judge, fp16_copy, gptq_copy=None):
     """How the checkpoint is served: {path, why, model_path (the directory the unit mounts),
-    source_model_path, fp16_model_path, fp16_weight_bytes, fp16_copy, tried, reasons, warnings,
-    judged (the instances' verdicts this path stands on)}."""
+    source_model_path, fp16_model_path, fp16_weight_bytes, fp16_copy, gptq_model_path, gptq_copy,
+    gptq_repack, tried, reasons, warnings, judged (the instances' verdicts this path stands on)}."""
     policy = judge["policy"]
     mode = req["serving_path"]
     source = req["model_path"]
-    dest = req["fp16_model_path"]
     nvfp4 = is_nvfp4(policy, model)
     native_codes = set(r["code"] for r in native["reasons"])
     triggers = [c for c in FALLBACK_TRIGGERS if c in native_codes]
     out = {"path": "native", "model_path": source, "source_model_path": source, "fp16_model_path": None,
-           "fp16_weight_bytes": None, "fp16_copy": None, "tried": ["native"], "reasons": [], "warnings": [],
-           "judged": native}
+           "fp16_weight_bytes": None, "fp16_copy": None, "gptq_model_path": None, "gptq_copy": None,
+           "gptq_repack": None, "tried": ["native"], "reasons": [], "warnings": [], "judged": native}
     method = model.get("quant_method") or "none"
-    if mode == "fp16_fallback" and model and not nvfp4:
+    if mode in CONVERTED_PATHS and model and not nvfp4:
+        code, what = ("FP16_FALLBACK_NOT_APPLICABLE", "dequantized") if mode == "fp16_fallback" else (
+            "GPTQ_REPACK_NOT_APPLICABLE", "repacked")
         out["reasons"].append({
-            "code": "FP16_FALLBACK_NOT_APPLICABLE",
-            "message": "request.serving_path is fp16_fallback, but the checkpoint at %s is not NVFP4 (quant_method %s) "
-                       "and only NVFP4 checkpoints are dequantized: set request.serving_path to auto or native"
-                       % (source, method)})
-        out["why"] = "the checkpoint is not NVFP4, so there is no FP16 fallback to take"
+            "code": code,
+            "message": "request.serving_path is %s, but the checkpoint at %s is not NVFP4 (quant_method %s) "
+                       "and only NVFP4 checkpoints are %s: set request.serving_path to auto or native"
+                       % (mode, source, method, what)})
+        out["why"] = "the checkpoint is not NVFP4, so there is no %s to take" % (
+            "FP16 fallback" if mode == "fp16_fallback" else "GPTQ repack")
         return out
-    forced = mode == "fp16_fallback"
-    if not (forced or (mode == "auto" and nvfp4 and triggers)):
+    if not (mode in CONVERTED_PATHS or (mode == "auto" and nvfp4 and triggers)):
         if nvfp4 and triggers:
-            out["why"] = ("as it is, as request.serving_path says; the FP16 fallback was not considered (set "
-                          "request.serving_path to auto to let the gate plan it)")
+            out["why"] = ("as it is, as request.serving_path says; the FP16 fallback and the GPTQ repack were not "
+                          "considered (set request.serving_path to auto to let the gate plan them)")
         elif nvfp4:
             out["why"] = "the image's vLLM has NVFP4 kernels for these GPUs"
             out["quiet"] = True
@@ -736,62 +1095,52 @@ def _serving_path(req, model, native, judge, fp16_copy):
                 "quantization %s" % method if model.get("quant_method") else "not quantized")
         return out
 
-    fb_model, fp16_bytes, params = _fallback_model(model)
-
-    def note(memory_plan):
-        return _fallback_vram_message(memory_plan, fp16_bytes, params, policy)
-
-    fallback = _judge_instances(model=fb_model, drop_args=("quantization",), vram_note=note, **judge)
-    out.update(judged=fallback, path="fp16_fallback", model_path=dest, fp16_model_path=dest,
-               fp16_weight_bytes=fp16_bytes, tried=["native", "fp16_fallback"] if not forced else ["fp16_fallback"])
     native_why = ("NVFP4 cannot be served natively here (%s)" % ", ".join(triggers) if triggers
-                  else "request.serving_path is fp16_fallback")
-    copy = dict(fp16_copy or {})
-    complete = copy.get("complete") is True
-    free = _positive_int(copy.get("disk_free_bytes")) if copy.get("disk_free_bytes") != 0 else 0
-    out["fp16_copy"] = {"path": dest, "complete": complete, "disk_free_bytes": free,
-                        "disk_needed_bytes": 0 if complete else fp16_bytes}
-    if triggers:
-        # The native refusal stays on record beside whatever the fallback found.
-        _add_unique(out["reasons"], [r for r in native["reasons"] if r["code"] in triggers]
-                    if fallback["reasons"] else [])
-    if fallback["reasons"]:
-        out["why"] = "%s, and the FP16 fallback is refused too (%s)" % (
-            native_why, ", ".join(sorted(set(r["code"] for r in fallback["reasons"]))))
+                  else "request.serving_path is %s" % mode)
+    # The native refusal stays on record beside whatever a converted copy is refused for.
+    native_reasons = [r for r in native["reasons"] if r["code"] in triggers]
+    out["tried"] = [] if mode in CONVERTED_PATHS else ["native"]
+    fallback = None
+    if mode != "gptq_repack":
+        fallback = _fp16_option(req, model, judge, fp16_copy, native_why)
+        out["tried"].append("fp16_fallback")
+        if fallback["ok"] or mode == "fp16_fallback":
+            return _take(out, fallback, native_reasons, native_why)
+        if linear_shapes(model)[0] is None and not req["gptq_group_size"]:
+            # Without the NVFP4 weights' shapes the GPTQ copy cannot be sized: the FP16 refusal stands.
+            fallback["why"] += (", and the GPTQ repack was not considered: the NVFP4 weights' shapes are unknown "
+                                "(model.nvfp4_linear_shapes, which model_facts reads from the safetensors headers)")
+            return _take(out, fallback, native_reasons, native_why)
+    repack = _repack_option(req, model, judge, gptq_copy, native_why, fallback)
+    out["tried"].append("gptq_repack")
+    return _take(out, repack, native_reasons, native_why, fallback)
+
+
+def _take(out, option, native_reasons, native_why, fallback=None):
+    """Fill ``out`` with the option taken (or refused): its fields, reasons, warnings and why."""
+    out.update(option["fields"])
+    out["judged"] = option["judged"]
+    if option["ok"]:
+        out["why"] = option["why"]
+        out["warnings"].extend(option["warnings"])
         return out
-    if complete:
-        disk = "the FP16 copy at %s is already complete (its manifest is there; the converter re-checks it)" % dest
-    elif fp16_bytes is None:
-        disk = "the FP16 size is unknown until model_facts reads the checkpoint"
-    elif free is None:
-        disk = "about %s goes to %s" % (_gb(fp16_bytes), dest)
-        out["warnings"].append({
-            "code": "FP16_COPY_DISK_UNCHECKED",
-            "message": "the free disk space at %s is unknown, so the gate could not check that the FP16 copy (about "
-                       "%s) fits; the converter checks it before it writes anything" % (dest, _gb(fp16_bytes))})
-    elif free < fp16_bytes:
-        out["reasons"].extend([r for r in native["reasons"] if r["code"] in triggers])
-        out["reasons"].append({
-            "code": "INSUFFICIENT_DISK",
-            "message": "the FP16 copy of the NVFP4 checkpoint needs about %s at %s, but that filesystem has %s free: "
-                       "free %s there or set request.fp16_model_path to a directory on a larger filesystem"
-                       % (_gb(fp16_bytes), dest, _gb(free), _gb(fp16_bytes - free))})
-        out["why"] = "%s, and the FP16 copy does not fit on disk" % native_why
-        return out
-    else:
-        disk = "about %s goes to %s" % (_gb(fp16_bytes), dest)
-    out["why"] = ("%s; vllm_server dequantizes the checkpoint once with "
-                  "labfleet.vllm.nvfp4_dequantize and serves the FP16 copy without --quantization (%s)"
-                  % (native_why, disk))
-    out["warnings"].append({"code": "NVFP4_FP16_FALLBACK", "message": out["why"]})
+    if option["reasons"] or option["judged"]["reasons"]:
+        _add_unique(out["reasons"], native_reasons)
+    out["reasons"].extend(option["reasons"])
+    parts = [native_why]
+    if fallback is not None:
+        parts.append(fallback["why"])
+    parts.append(option["why"])
+    out["why"] = ", and ".join(parts)
     return out
 
 
-def _judge_instances(req, gpus, policy, common, target, model=None, drop_args=(), vram_note=None):
+def _judge_instances(req, gpus, policy, common, target, model=None, drop_args=(), vram_note=None, set_args=None):
     """evaluate() once per instance of the request: {instances, reasons, warnings, first}.
-    ``model`` replaces the model of ``common`` (the FP16 copy); ``drop_args`` are vLLM arguments
-    left out (quantization for the FP16 copy); ``vram_note(memory_plan)`` rewrites the message
-    of INSUFFICIENT_VRAM (None: keep it)."""
+    ``model`` replaces the model of ``common`` (a converted copy); ``drop_args`` are vLLM arguments
+    left out (quantization for the FP16 copy), ``set_args`` vLLM arguments set over the request's
+    (quantization gptq and dtype float16 for the GPTQ copy); ``vram_note(memory_plan)`` rewrites the
+    message of INSUFFICIENT_VRAM (None: keep it)."""
     reasons, warnings, instances = [], [], []
     many = len(req["instances"]) > 1
     first = None
@@ -804,6 +1153,7 @@ def _judge_instances(req, gpus, policy, common, target, model=None, drop_args=()
         args.update(inst["own_vllm_args"])
         for key in drop_args:
             args.pop(key, None)
+        args.update(set_args or {})
         verdict = evaluate(gpus=chosen, vllm=args, **base)
         inst_reasons = list(verdict["reasons"])
         if missing:
@@ -850,6 +1200,14 @@ def _blocked(step, reasons, allowed):
     return codes
 
 
+def _copy_step(copy, dest, kind, convert_why):
+    """The model step's record of a converted copy: keep a complete one, else convert."""
+    complete = bool((copy or {}).get("complete"))
+    return {"action": "keep" if complete else "convert", "dest": dest,
+            "why": "the %s at %s is complete; the converter re-checks its manifest" % (kind, dest) if complete
+            else convert_why}
+
+
 def _steps(req, driver_step, image, model, host, instances, reasons, allowed, serving=None):
     steps = {}
     driver = dict(driver_step)
@@ -886,14 +1244,18 @@ def _steps(req, driver_step, image, model, host, instances, reasons, allowed, se
                                               "there before the server starts), then the gate checks it again"
                               % req["model_path"])}
     if serving and serving.get("fp16_model_path"):
-        copy = serving.get("fp16_copy") or {}
-        steps["model"]["fp16_copy"] = {
-            "action": "keep" if copy.get("complete") else "convert",
-            "dest": serving["fp16_model_path"],
-            "why": "the FP16 copy at %s is complete; the converter re-checks its manifest" % serving["fp16_model_path"]
-                   if copy.get("complete") else
-                   "vllm_server dequantizes the NVFP4 checkpoint %s to FP16 at %s (labfleet.vllm.nvfp4_dequantize) "
-                   "before the server starts" % (req["model_path"], serving["fp16_model_path"])}
+        steps["model"]["fp16_copy"] = _copy_step(
+            serving["fp16_copy"], serving["fp16_model_path"], "FP16 copy",
+            "vllm_server dequantizes the NVFP4 checkpoint %s to FP16 at %s (labfleet.vllm.nvfp4_dequantize) before the "
+            "server starts" % (req["model_path"], serving["fp16_model_path"]))
+    if serving and serving.get("gptq_model_path"):
+        group = (serving.get("gptq_repack") or {}).get("group_size")
+        steps["model"]["gptq_copy"] = _copy_step(
+            serving["gptq_copy"], serving["gptq_model_path"], "GPTQ copy",
+            "vllm_server repacks the NVFP4 checkpoint %s to GPTQ int4 (group size %s) at %s "
+            "(labfleet.vllm.nvfp4_repack) before the server starts" % (req["model_path"], group,
+                                                                       serving["gptq_model_path"]))
+        steps["model"]["gptq_copy"]["group_size"] = group
 
     steps["server"] = {"action": "deploy", "instances": [i["name"] for i in instances],
                        "why": "the vllm_server role writes one unit per instance with the argv of this plan, "
@@ -929,6 +1291,10 @@ def summary(verdict):
     if copy:
         parts.append(("dequantize NVFP4 to FP16 at %s" if copy["action"] == "convert" else "keep the FP16 copy at %s")
                      % copy["dest"])
+    copy = steps["model"].get("gptq_copy")
+    if copy:
+        parts.append(("repack NVFP4 to GPTQ int4 (group size %s) at %s" % (copy["group_size"], copy["dest"])
+                      if copy["action"] == "convert" else "keep the GPTQ copy at %s" % copy["dest"]))
     parts.append("deploy %s" % ", ".join(
         "%s (%s)" % (i["name"], " ".join(i["argv"])) for i in verdict["instances"]))
     return "; ".join(parts)

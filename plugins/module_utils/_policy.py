@@ -85,6 +85,12 @@ SOURCES = {
                    "odd memory errors on V100')",
     "S-VLLM-CUDAGRAPH": "vllm#11251, vllm#15598 (CUDA graph capture memory outside the gpu_memory_utilization budget, "
                         "'1~3 GiB per GPU')",
+    "S-VLLM-EXLLAMA": "vllm csrc/quantization/gptq/q_gemm.cu (the exllama kernels of the gptq method): "
+                      "gemm_half_q_half_gptq_4bit_kernel and reconstruct_exllama_4bit_kernel advance k by 32 rows "
+                      "and move to the next group only at k == nextgroup, so a group size that is not a multiple "
+                      "of 32 keeps one group's scales and zeros for the rows of the next (wrong results, no "
+                      "error); GPTQModel disabled its ExllamaV2 kernel for group_size 16 for that "
+                      "(ModelCloud/GPTQModel#1515, #1537)",
     "user": "a user override (policy option / preflight role variable)",
 }
 
@@ -569,8 +575,13 @@ _F16_BF16 = ["float16", "bfloat16"]
 _ALL_DTYPES = ["float16", "bfloat16", "float32"]
 
 QUANTIZATION = {
-    "gptq": _q("GPTQ (exllama kernels)", "6.0", "6.0", 0.52, act_dtypes=_F16,
-               note="4-bit g128 estimate: 0.5 B/param + scales and zeros"),
+    "gptq": dict(_q("GPTQ (exllama kernels)", "6.0", "6.0", 0.52, act_dtypes=_F16,
+                    note="4-bit g128 estimate: 0.5 B/param + scales and zeros"),
+                 # The group sizes its 4-bit kernels compute right: multiples of this many rows
+                 # (the gate refuses others with QUANT_GROUP_SIZE_UNSUPPORTED).
+                 group_size_multiple=32,
+                 field_source={"act_dtypes": "S-VLLM-ACTDTYPE", "group_size_multiple": "S-VLLM-EXLLAMA"},
+                 field_confidence={"act_dtypes": "verified", "group_size_multiple": "inferred"}),
     "gptq_marlin": _q("GPTQ Marlin", "8.0", "7.5", 0.52, act_dtypes=_F16_BF16),
     "awq_marlin": _q("AWQ Marlin", "8.0", "7.5", 0.52, act_dtypes=_F16_BF16),
     "marlin": _q("Marlin", "8.0", "7.5", 0.52, act_dtypes=_F16),

@@ -34,6 +34,7 @@ __metaclass__ = type
 
 import math
 import re
+from fractions import Fraction
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
     DTYPE_ALIASES,
@@ -59,6 +60,7 @@ STARTUP_REASON_CODES = {
     "INTERMEDIATE_SIZE_NOT_DIVISIBLE": "The MLP's intermediate_size is not divisible by tensor_parallel_size.",
     "QUANT_GROUP_SIZE_NOT_ALIGNED": "A GPTQ/AWQ row-parallel layer's per-GPU input is not a multiple of the "
                                     "group size.",
+    "QUANT_OUTPUT_NOT_ALIGNED": "A GPTQ layer's per-GPU output is not a multiple of the values one int32 packs.",
     "MAX_MODEL_LEN_EXCEEDS_MODEL": "max_model_len is above the context the model's config.json derives "
                                    "(max_position_embeddings with rope scaling).",
     "SLIDING_WINDOW_DISABLE_UNSUPPORTED": "disable_sliding_window with a rope-scaled model (vLLM 0.8.5).",
@@ -134,6 +136,11 @@ CHECKS = [
          "GPTQ/AWQ create_weights: input_size_per_partition % group_size (o_proj: heads x head_dim / TP; "
          "down_proj: intermediate_size / TP); the Marlin variants need the same",
          _Q085 + "gptq.py:146", _Q191 + "gptq.py:251", "QUANT_GROUP_SIZE_NOT_ALIGNED"),
+    _row("quant_output_alignment",
+         "GPTQ create_weights: output_size_per_partition % pack_factor (32 / bits: 8 for 4-bit); column-parallel "
+         "layers (qkv_proj, gate_up_proj) split their output by TP, row-parallel ones (o_proj, down_proj) keep "
+         "hidden_size",
+         _Q085 + "gptq.py:152", _Q191 + "gptq.py:258", "QUANT_OUTPUT_NOT_ALIGNED", confidence="inferred"),
     _row("pipeline_parallel_supported",
          "verify_with_parallel_config: pipeline_parallel_size > 1 needs a SupportsPP model class",
          "vllm/config.py:945", "vllm/config/model.py:1125", "PIPELINE_PARALLEL_UNSUPPORTED_MODEL"),
@@ -534,6 +541,8 @@ def _validate_model(model):
         if group == 0:
             raise StartupInputError("model.quant_group_size: expected a positive integer or -1, got 0")
         out["quant_group_size"] = group
+    bits = model.get("quant_bits")
+    out["quant_bits"] = _int(bits, "model.quant_bits", minimum=1, maximum=64) if bits is not None else None
     for key in ("model_type", "torch_dtype", "quant_method"):
         text = _str(model.get(key), "model.%s" % key)
         out[key] = text.lower() if text else None
@@ -904,6 +913,8 @@ class _Startup(object):
             broken.append("intermediate")
         if self.group_misaligned(tp):
             broken.append("group")
+        if self.output_misaligned(tp):
+            broken.append("output")
         return broken
 
     def tp_suggestions(self):
@@ -951,6 +962,38 @@ class _Startup(object):
                         "can be caused by too large tensor parallel size.'; %s, or a checkpoint quantized with "
                         "a padded intermediate_size"
                         % (self.quant, group, tp, layer, size // tp, group, self.label, self.tp_suggestions()))
+
+        misaligned = self.output_misaligned(tp)
+        if misaligned:
+            layer, size, pack = misaligned
+            self.reason("QUANT_OUTPUT_NOT_ALIGNED", "quant_output_alignment",
+                        "%s %d-bit at tensor_parallel_size %d: %s's per-GPU output is %d, not a multiple of %d (the "
+                        "values one int32 packs), so %s raises 'The output size is not aligned with the quantized "
+                        "weight shape. This can be caused by too large tensor parallel size.'; %s"
+                        % (self.quant, self.m["quant_bits"], tp, layer, size, pack, self.label, self.tp_suggestions()))
+
+    def output_misaligned(self, tp):
+        """(layer, per-GPU output, pack factor) of the first GPTQ layer whose per-GPU output is not a
+        multiple of the pack factor at tp, else None (also when the bit width is not known)."""
+        bits = self.m["quant_bits"]
+        if self.quant != "gptq" or not bits:
+            return None
+        pack = Fraction(32, bits).numerator
+        heads, kv, hidden, inter = (self.m["num_attention_heads"], self.m["num_key_value_heads"] or
+                                    self.m["num_attention_heads"], self.m["hidden_size"], self.m["intermediate_size"])
+        layers = []
+        if heads and kv and self.head_size and heads % tp == 0:
+            per_kv = kv // tp if kv >= tp else 1
+            layers.append(("qkv_proj (%d query + 2 x %d key/value heads per GPU x head_dim %d)"
+                           % (heads // tp, per_kv, self.head_size), (heads // tp + 2 * per_kv) * self.head_size))
+        if inter and inter % tp == 0:
+            layers.append(("gate_up_proj (2 x intermediate_size %d / %d)" % (inter, tp), 2 * inter // tp))
+        if hidden:
+            layers.append(("o_proj and down_proj (hidden_size %d)" % hidden, hidden))
+        for name, size in layers:
+            if size % pack:
+                return name, size, pack
+        return None
 
     def check_pipeline(self):
         if self.pp > 1 and self.m["architectures"]:

@@ -55,12 +55,16 @@ description:
     V(QUANTIZATION_UNKNOWN_TO_IMAGE) the image's vLLM does not know the quantization method (or the
     checkpoint's compressed-tensors scheme); V(QUANTIZATION_MISMATCH) C(vllm.quantization) names another
     method than the checkpoint's (vLLM refuses it); V(QUANTIZATION_DTYPE_UNSUPPORTED) the method does not
-    run with the serving dtype (GPTQ and AWQ need float16);
+    run with the serving dtype (GPTQ and AWQ need float16); V(QUANT_GROUP_SIZE_UNSUPPORTED) a GPTQ checkpoint's
+    group size is not a multiple of 32, which vLLM's gptq (exllama) kernels compute wrong;
     V(INSUFFICIENT_VRAM) the weights per GPU, or the KV cache of one C(vllm.max_model_len) sequence, do not fit;
     V(TENSOR_PARALLEL_EXCEEDS_GPUS) tensor_parallel_size x pipeline_parallel_size exceeds the GPU count
     (of the instance, with O(request));
     V(DRIVER_CHANGE_NOT_ALLOWED) the request asks for another driver than the installed one without
     C(request.driver.allow_change); V(INSTANCE_GPUS_UNAVAILABLE) an instance names a GPU index the host lacks;
+    V(FP16_FALLBACK_NOT_APPLICABLE) and V(GPTQ_REPACK_NOT_APPLICABLE) C(request.serving_path) is V(fp16_fallback)
+    or V(gptq_repack) but the checkpoint is not NVFP4; V(INSUFFICIENT_DISK) the FP16 or GPTQ copy of an NVFP4
+    checkpoint does not fit on the filesystem it goes to;
     V(GPU_RUNTIME_BLOCKED) the host's NVIDIA container runtime would not start a C(--gpus) container at all
     (from O(host), see C(container_runtime) in the result)."
   - "Reason codes from vLLM's startup validation (docs/deploy_gate.md lists each check with its source
@@ -68,7 +72,8 @@ description:
     V(KV_HEADS_NOT_DIVISIBLE) num_key_value_heads and tensor_parallel_size do not divide one another;
     V(INTERMEDIATE_SIZE_NOT_DIVISIBLE) the MLP's intermediate_size is not divisible by tensor_parallel_size;
     V(QUANT_GROUP_SIZE_NOT_ALIGNED) a GPTQ/AWQ row-parallel layer's per-GPU input is not a multiple of the group
-    size; V(MAX_MODEL_LEN_EXCEEDS_MODEL) max_model_len is above the context the model's config.json derives
+    size; V(QUANT_OUTPUT_NOT_ALIGNED) a GPTQ layer's per-GPU output is not a multiple of the values one int32
+    packs (8 for 4-bit); V(MAX_MODEL_LEN_EXCEEDS_MODEL) max_model_len is above the context the model's config.json derives
     (max_position_embeddings with rope scaling); V(SLIDING_WINDOW_DISABLE_UNSUPPORTED) disable_sliding_window
     with a rope-scaled model (vLLM 0.8.5); V(PREFIX_CACHING_WITH_SLIDING_WINDOW) prefix caching on a
     sliding-window model in vLLM 0.8.5's V0 engine; V(MAX_NUM_BATCHED_TOKENS_TOO_SMALL) max_num_batched_tokens
@@ -106,7 +111,10 @@ description:
     estimated from param_count; V(GPU_MEMORY_UNEVEN) the GPUs differ in memory size;
     V(ARCH_UNKNOWN) the compute capability maps to no architecture in the policy;
     V(VLLM_VERSION_UNKNOWN) image.vllm_version is not a version number;
-    V(DRIVER_NOT_MANAGED) C(request.driver.manage) is false, the installed driver was judged."
+    V(DRIVER_NOT_MANAGED) C(request.driver.manage) is false, the installed driver was judged;
+    V(NVFP4_FP16_FALLBACK) the NVFP4 checkpoint is served from its FP16 copy; V(NVFP4_GPTQ_REPACK) it is served
+    from its GPTQ int4 copy (C(--quantization gptq)); V(FP16_COPY_DISK_UNCHECKED) and V(GPTQ_COPY_DISK_UNCHECKED)
+    the free disk space where the copy goes is unknown (the converter checks it)."
   - "Memory plan: usable bytes per GPU = memory_total x gpu_memory_utilization (default 0.9) minus the
     reserve vLLM itself subtracts, modelled per model and arguments from vLLM's profile run (the
     activation peak of max_num_batched_tokens tokens, the logits and sampler, cuBLAS and NCCL; 1536 MiB
@@ -229,10 +237,13 @@ options:
         C(instances) (list; each C(name) (unit and container name), C(gpus) (V(all), an index or a list of
         indices), C(vllm_args) (dict, merged over the request's), C(enforce_eager), C(extra_args); other keys
         such as C(port) pass through), C(driver) (C(manage) (bool, default true), C(branch) (str, V(550)),
-        C(version) (str, exact), C(allow_change) (bool, default false)), C(serving_path) (V(auto), V(native) or
-        V(fp16_fallback); V(auto) serves an NVFP4 checkpoint from an FP16 copy when the image's vLLM has no
-        NVFP4 kernels for the GPUs and the copy fits in VRAM and on disk), C(fp16_model_path) (str, where that
-        copy goes; default C(model_path) with V(-fp16) appended)."
+        C(version) (str, exact), C(allow_change) (bool, default false)), C(serving_path) (V(auto), V(native),
+        V(fp16_fallback) or V(gptq_repack); V(auto) serves an NVFP4 checkpoint the image's vLLM has no NVFP4
+        kernels for from an FP16 copy when that fits in VRAM and on disk, else from a GPTQ int4 repack with the
+        smallest group size that fits), C(fp16_model_path) (str, where the FP16 copy goes; default
+        C(model_path) with V(-fp16) appended), C(gptq_model_path) (str, where the GPTQ copy goes; default
+        C(model_path) with V(-gptq) and the group size appended), C(gptq_group_size) (int, V(16), V(32), V(64) or
+        V(128); V(0) or empty, the gate picks the smallest that fits)."
       - O(driver_version) is then the installed driver; the gate judges the driver the plan leaves on the host.
     type: dict
   host:
@@ -251,6 +262,15 @@ options:
         space of the filesystem it goes to).
       - When omitted and O(request) is given, the module measures both on the host (the manifest of
         M(labfleet.vllm.nvfp4_dequantize) in the directory; the free space of its closest existing parent).
+    type: dict
+  gptq_copy:
+    description:
+      - The directories of the GPTQ int4 copy of an NVFP4 checkpoint (O(request) C(gptq_model_path), else one
+        per group size, C(model_path) with V(-gptq<group size>) appended) for the repack's disk check;
+        C(complete_paths) (list of str, the directories that hold a finished copy) and C(disk_free_bytes) (int,
+        free space of the filesystem they go to).
+      - When omitted and O(request) is given, the module measures both on the host (the manifest of
+        M(labfleet.vllm.nvfp4_repack) in each directory; the free space of the closest existing parent).
     type: dict
 notes:
   - The policy's data, its sources and confidence levels are in
@@ -487,8 +507,9 @@ instances:
   elements: dict
 serving_path:
   description:
-    - How the model is served when allowed, V(native) (the checkpoint as it is) or V(fp16_fallback) (an NVFP4
-      checkpoint from its FP16 copy, see RV(serving)); null when refused.
+    - How the model is served when allowed, V(native) (the checkpoint as it is), V(fp16_fallback) (an NVFP4
+      checkpoint from its FP16 copy) or V(gptq_repack) (from its GPTQ int4 copy, C(--quantization gptq); see
+      RV(serving)); null when refused.
   returned: success
   type: str
   sample: native
@@ -496,7 +517,16 @@ serving:
   description:
     - The serving path decision (C(path), C(why), C(tried), C(model_path) (the directory the unit mounts),
       C(source_model_path), C(fp16_model_path), C(fp16_weight_bytes), C(fp16_copy) (C(path), C(complete),
-      C(disk_free_bytes), C(disk_needed_bytes))).
+      C(disk_free_bytes), C(disk_needed_bytes)), C(gptq_model_path), C(gptq_copy) (as C(fp16_copy)),
+      C(gptq_repack)).
+    - "C(gptq_repack) (when the repack was planned or tried): C(group_size), C(bits_per_weight), C(model_path),
+      C(repacked_bytes), C(repacked_bytes_per_gpu), C(repacked_gib_per_gpu), C(sized_from), C(expected_error)
+      (C(rel_rms), C(max_abs_rel), C(source): the converter's measured error against the exact NVFP4 values),
+      C(kv_cache_tokens) (the KV cache the memory plan leaves, in tokens), C(max_model_len), C(vllm_args)
+      (C(quantization) V(gptq), C(dtype) V(float16), C(model) the copy) and C(candidates) (every group size
+      tried, smallest first: C(group_size), C(allowed), C(reasons), C(why), C(repacked_bytes), C(bits_per_weight),
+      C(weights_bytes_per_gpu), C(sequence_kv_bytes_per_gpu), C(usable_bytes_per_gpu), C(kv_cache_tokens),
+      C(expected_error))."
   returned: success
   type: dict
 target:
@@ -532,32 +562,61 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError
 from ansible_collections.labfleet.vllm.plugins.module_utils._host import nearest_existing
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import has_control_chars
+from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import GROUP_SIZES
 from ansible_collections.labfleet.vllm.plugins.module_utils._plan import (
     FP16_COPY_MANIFEST,
+    GPTQ_COPY_MANIFEST,
     fp16_copy_path,
+    gptq_copy_path,
     plan,
 )
+
+
+def _copy_paths(request, key):
+    """(model_path, the request's own path for the copy or None), or None when either is unusable."""
+    if not isinstance(request, dict):
+        return None
+    model_path = request.get("model_path")
+    given = request.get(key)
+    if not isinstance(model_path, str) or not model_path.strip().startswith("/") or has_control_chars(model_path):
+        return None     # the plan reports the malformed path (a NUL would make os.statvfs raise)
+    if given is not None and not (isinstance(given, str) and (not given.strip() or given.strip().startswith("/"))
+                                  and not has_control_chars(given)):
+        return None
+    return model_path.strip(), given.strip().rstrip("/") if given and given.strip() else None
+
+
+def _free_bytes(path):
+    try:
+        st = os.statvfs(nearest_existing(path))
+    except (OSError, ValueError):
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def measure_fp16_copy(request):
     """{complete, disk_free_bytes} of the FP16 copy's directory named by the request; None when the
     request names no model path."""
-    if not isinstance(request, dict):
+    paths = _copy_paths(request, "fp16_model_path")
+    if paths is None:
         return None
-    model_path = request.get("model_path")
-    given = request.get("fp16_model_path")
-    if not isinstance(model_path, str) or not model_path.strip().startswith("/") or has_control_chars(model_path):
-        return None     # the plan reports the malformed path (a NUL would make os.statvfs raise)
-    if given is not None and not (isinstance(given, str) and given.strip().startswith("/")
-                                  and not has_control_chars(given)):
+    path = fp16_copy_path(*paths)
+    free = _free_bytes(path)
+    return {"complete": free is not None and os.path.isfile(os.path.join(path, FP16_COPY_MANIFEST)),
+            "disk_free_bytes": free}
+
+
+def measure_gptq_copy(request):
+    """{complete_paths, disk_free_bytes} of the GPTQ copy's directories (the request's, or one per
+    group size); None when the request names no model path."""
+    paths = _copy_paths(request, "gptq_model_path")
+    if paths is None:
         return None
-    path = fp16_copy_path(model_path.strip(), given.strip().rstrip("/") if given and given.strip() else None)
-    try:
-        st = os.statvfs(nearest_existing(path))
-    except (OSError, ValueError):
-        return {"complete": False, "disk_free_bytes": None}
-    return {"complete": os.path.isfile(os.path.join(path, FP16_COPY_MANIFEST)),
-            "disk_free_bytes": st.f_bavail * st.f_frsize}
+    candidates = sorted(set(gptq_copy_path(paths[0], paths[1], group) for group in GROUP_SIZES))
+    free = _free_bytes(candidates[0])
+    return {"complete_paths": [p for p in candidates if free is not None
+                               and os.path.isfile(os.path.join(p, GPTQ_COPY_MANIFEST))],
+            "disk_free_bytes": free}
 
 
 def main():
@@ -576,6 +635,7 @@ def main():
             request=dict(type="dict"),
             host=dict(type="dict", default={}),
             fp16_copy=dict(type="dict"),
+            gptq_copy=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
@@ -595,6 +655,7 @@ def main():
             host=params["host"],
             lost_gpus=params["lost_gpus"],
             fp16_copy=params["fp16_copy"] if params["fp16_copy"] is not None else measure_fp16_copy(params["request"]),
+            gptq_copy=params["gptq_copy"] if params["gptq_copy"] is not None else measure_gptq_copy(params["request"]),
         )
     except GateInputError as exc:
         module.fail_json(msg="deploy_gate: invalid input: %s" % exc)

@@ -236,6 +236,25 @@ model:
     fp16_weight_bytes:
       description: C(param_count_logical) x 2, the size after dequantizing to fp16.
       type: int
+    nvfp4_linear_shapes:
+      description:
+        - The NVFP4 linear weights of an NVFP4 checkpoint, counted per shape (C(out_features),
+          C(in_features), C(count)): a packed uint8 C(weight) (ModelOpt) or C(weight_packed)
+          (compressed-tensors) [out, in/2] with its float8_e4m3 block scale [out, in/16]. Null for
+          other checkpoints.
+        - The deployment gate sizes the GPTQ int4 copy (serving path V(gptq_repack)) from it.
+      type: list
+      elements: dict
+    nvfp4_other_bytes:
+      description: What an NVFP4 checkpoint's converted copy keeps besides those weights (embeddings,
+        norms, an unquantized lm_head; float tensors as float16, quantization scales left out); null
+        for other checkpoints.
+      type: int
+    gptq_repack_bytes:
+      description: The size of the GPTQ int4 copy M(labfleet.vllm.nvfp4_repack) writes, per group size
+        (C(group_size), C(bytes)); null for checkpoints that are not NVFP4.
+      type: list
+      elements: dict
     disk_free_bytes:
       description: Bytes available to unprivileged users on the model's filesystem.
       type: int
@@ -278,7 +297,8 @@ model:
         num_hidden_layers, num_key_value_heads, head_dim, max_position_embeddings, torch_dtype, and
         for vLLM's startup checks hidden_size, num_attention_heads, intermediate_size, vocab_size,
         model_type, architectures, rope_scaling, sliding_window, use_sliding_window, model_max_length,
-        text_config_used).
+        text_config_used, and for the NVFP4 serving paths fp16_weight_bytes, nvfp4_linear_shapes and
+        nvfp4_other_bytes).
       type: dict
 """
 

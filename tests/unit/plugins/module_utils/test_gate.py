@@ -411,6 +411,19 @@ def test_gptq_on_v100_is_allowed_but_marlin_is_not():
     assert "use quantization gptq" in message(result, "QUANTIZATION_UNSUPPORTED_ON_ARCH")
 
 
+def test_a_gptq_group_size_the_exllama_kernels_compute_wrong_is_refused():
+    # The 4-bit kernels change groups every 32 rows only (policy quantization.gptq.group_size_multiple).
+    model = dict(LLAMA_8B, quant_method="gptq", quant_bits=4, quant_group_size=16, weight_bytes=5 * 10 ** 9)
+    result = gate(model=model)
+    assert codes(result) == ["QUANT_GROUP_SIZE_UNSUPPORTED"]
+    text = message(result, "QUANT_GROUP_SIZE_UNSUPPORTED")
+    assert "group_size 16" in text and "every 32 rows" in text and "answers wrong tokens" in text
+    for group in (32, 64, 128, -1):
+        assert gate(model=dict(model, quant_group_size=group))["allowed"] is True, group
+    # AWQ has no such rule.
+    assert "QUANT_GROUP_SIZE_UNSUPPORTED" not in codes(gate(model=dict(model, quant_method="awq")))
+
+
 def test_nvfp4_on_v100_suggests_dequantizing():
     model = dict(LLAMA_70B, quant_method="modelopt_fp4", weight_bytes=40 * 10 ** 9)
     result = gate(model=model, vllm=dict(FP16_TP2, max_model_len=32768))

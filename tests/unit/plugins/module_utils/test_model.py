@@ -15,6 +15,7 @@ import struct
 
 import pytest
 
+from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq as G
 from ansible_collections.labfleet.vllm.plugins.module_utils import _model as M
 
 _BUILD = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "model", "build.py")
@@ -76,6 +77,56 @@ def test_modelopt_hf_quant_config_nvfp4(tmp_path):
     assert model["quant_source_read_by_vllm"] is True
     assert (model["quant_bits"], model["quant_group_size"]) == (4, 16)
     assert model["param_count_logical"] == B.logical_params()
+
+
+def _expected_shapes():
+    """The tiny model's linear weights per [out, in] shape: q and o [256, 256], k and v [128, 256],
+    gate and up [512, 256], down [256, 512], in each of the 2 layers."""
+    kv = B.KV_HEADS * B.HEAD_DIM
+    return [{"out_features": kv, "in_features": B.HIDDEN, "count": 2 * B.LAYERS},
+            {"out_features": B.HIDDEN, "in_features": B.HIDDEN, "count": 2 * B.LAYERS},
+            {"out_features": B.HIDDEN, "in_features": B.INTER, "count": B.LAYERS},
+            {"out_features": B.INTER, "in_features": B.HIDDEN, "count": 2 * B.LAYERS}]
+
+
+@pytest.mark.parametrize("layout,scheme", [("modelopt_nvfp4", "modelopt_nvfp4"), ("reference", "modelopt_nvfp4"),
+                                           ("ct_nvfp4", "ct_nvfp4")])
+def test_nvfp4_linear_weights_size_the_gptq_repack(tmp_path, layout, scheme):
+    model = _model(tmp_path, layout, scheme)[0]
+    assert model["nvfp4_linear_shapes"] == _expected_shapes()
+    # What a copy keeps besides them: embeddings, lm_head and the norms, BF16 stored as float16.
+    other = (2 * B.VOCAB * B.HIDDEN + (2 * B.LAYERS + 1) * B.HIDDEN) * 2
+    assert model["nvfp4_other_bytes"] == other
+    assert [r["group_size"] for r in model["gptq_repack_bytes"]] == list(G.GROUP_SIZES)
+    for row in model["gptq_repack_bytes"]:
+        linear = sum(s["count"] * G.repacked_tensor_bytes(s["out_features"], s["in_features"], row["group_size"])
+                     for s in _expected_shapes())
+        assert row["bytes"] == other + linear
+    # Smaller groups cost more, and every size is below the FP16 copy's.
+    sizes = [r["bytes"] for r in model["gptq_repack_bytes"]]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] < model["fp16_weight_bytes"]
+    assert model["gate"]["nvfp4_linear_shapes"] == _expected_shapes()
+    assert model["gate"]["nvfp4_other_bytes"] == other
+
+
+@pytest.mark.parametrize("layout,scheme", [("gptq", "gptq4"), ("modelopt_fp8", "fp8")])
+def test_other_checkpoints_have_no_nvfp4_linear_weights(tmp_path, layout, scheme):
+    model = _model(tmp_path, layout, scheme)[0]
+    assert (model["nvfp4_linear_shapes"], model["nvfp4_other_bytes"], model["gptq_repack_bytes"]) == (None,) * 3
+
+
+def test_nvfp4_linears_needs_the_block_scale_of_the_right_shape():
+    weight = {"dtype": "U8", "shape": [256, 128], "numel": 256 * 128, "bytes": 256 * 128}
+    scale = {"dtype": "F8_E4M3", "shape": [256, 16], "numel": 256 * 16, "bytes": 256 * 16}
+    norm = {"dtype": "BF16", "shape": [256], "numel": 256, "bytes": 512}
+    ids = {"dtype": "I64", "shape": [4], "numel": 4, "bytes": 32}
+    shapes, other = M.nvfp4_linears({"a.weight": weight, "a.weight_scale": scale, "n.weight": norm, "ids": ids})
+    assert shapes == [{"out_features": 256, "in_features": 256, "count": 1}]
+    assert other == 512 + 32   # the norm as float16, the integer tensor as it is; the scale is dropped
+    # A uint8 weight without its block scale, or with a scale of another shape, is not NVFP4.
+    assert M.nvfp4_linears({"a.weight": weight}) == ([], None)
+    assert M.nvfp4_linears({"a.weight": weight, "a.weight_scale": dict(scale, shape=[256, 8])}) == ([], None)
+    assert M.nvfp4_linears({"a.weight": weight, "a.weight_scale": dict(scale, dtype="F32")}) == ([], None)
 
 
 def test_modelopt_hf_quant_config_fp8(tmp_path):

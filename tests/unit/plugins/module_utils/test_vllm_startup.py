@@ -177,6 +177,22 @@ def test_quant_group_aligned_passes():
     assert codes(run(unpadded, {"tensor_parallel_size": 8}, A100_80, V191)) == ["QUANT_GROUP_SIZE_NOT_ALIGNED"]
 
 
+def test_quant_output_not_aligned_gptq():
+    # gate_up_proj's per-GPU output 2 x 14337 = 28674 is not a multiple of the 8 codes one int32 packs
+    # (group -1: no input constraint, so only the output check speaks).
+    model = dict(LLAMA_2_7B, quant_method="gptq", quant_bits=4, quant_group_size=-1, intermediate_size=28674)
+    item = only(run(model, {"tensor_parallel_size": 2}, V100, V085), "QUANT_OUTPUT_NOT_ALIGNED")
+    assert "gate_up_proj (2 x intermediate_size 28674 / 2)'s per-GPU output is 28674, not a multiple of 8" \
+        in item["message"]
+    assert "The output size is not aligned with the quantized weight shape" in item["message"]
+    # Without a bit width the pack factor is unknown, and the check is skipped, never guessed.
+    assert codes(run(dict(model, quant_bits=None), {"tensor_parallel_size": 2}, V100, V085)) == []
+    # The repacked reference model (hidden 8192, 64 heads, 8 KV heads, 28672) passes at TP 2.
+    llama70 = dict(LLAMA_2_7B, hidden_size=8192, num_attention_heads=64, num_key_value_heads=8,
+                   intermediate_size=28672, quant_method="gptq", quant_bits=4, quant_group_size=64)
+    assert codes(run(llama70, {"tensor_parallel_size": 2}, V100, V085)) == []
+
+
 def test_pipeline_parallel_unsupported_mamba2():
     result = run(MAMBA_CODESTRAL, {"pipeline_parallel_size": 2}, A100_80, V085)
     item = only(result, "PIPELINE_PARALLEL_UNSUPPORTED_MODEL")

@@ -184,7 +184,7 @@ def test_documentation_parses_and_matches_argument_spec():
     assert str(doc["version_added"]) == "0.1.0"
     assert set(doc["options"]) == {"gpus", "driver_version", "cuda_driver_version", "nvlink",
                                    "driver_library_mismatch", "lost_gpus", "image", "model", "vllm", "policy",
-                                   "request", "host", "fp16_copy"}
+                                   "request", "host", "fp16_copy", "gptq_copy"}
     yaml.safe_load(deploy_gate.EXAMPLES)
     returned = yaml.safe_load(deploy_gate.RETURN)
     assert {"allowed", "reasons", "gate_warnings", "effective_vllm", "plan", "verdict"} <= set(returned)
@@ -275,3 +275,27 @@ def test_the_fp16_copys_directory_is_measured_on_the_host(tmp_path):
     assert deploy_gate.measure_fp16_copy({"model_path": "relative"}) is None
     assert deploy_gate.measure_fp16_copy({"model_path": str(model), "fp16_model_path": "x"}) is None
     assert deploy_gate.measure_fp16_copy(None) is None
+    # The preflight's default fp16_model_path "" means the default directory, which is measured.
+    assert deploy_gate.measure_fp16_copy({"model_path": str(model), "fp16_model_path": ""})["complete"] is True
+
+
+def test_the_gptq_copys_directories_are_measured_on_the_host(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    measured = deploy_gate.measure_gptq_copy({"model_path": str(model), "gptq_model_path": ""})
+    assert measured["complete_paths"] == []
+    assert isinstance(measured["disk_free_bytes"], int) and measured["disk_free_bytes"] > 0
+    # One directory per group size by default: a finished copy is known by its manifest.
+    done = tmp_path / "model-gptq64"
+    done.mkdir()
+    (done / "nvfp4_repack_manifest.json").write_text("{}")
+    (tmp_path / "model-gptq32").mkdir()
+    assert deploy_gate.measure_gptq_copy({"model_path": str(model)})["complete_paths"] == [str(done)]
+    # The request's own directory is the only one looked at.
+    assert deploy_gate.measure_gptq_copy({"model_path": str(model),
+                                          "gptq_model_path": str(done) + "/"})["complete_paths"] == [str(done)]
+    assert deploy_gate.measure_gptq_copy({"model_path": str(model),
+                                          "gptq_model_path": str(tmp_path / "x")})["complete_paths"] == []
+    assert deploy_gate.measure_gptq_copy({"model_path": str(model), "gptq_model_path": "rel"}) is None
+    assert deploy_gate.measure_gptq_copy({"model_path": "/srv/\x00m"}) is None
+    assert deploy_gate.measure_gptq_copy(None) is None

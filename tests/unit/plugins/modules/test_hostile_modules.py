@@ -75,6 +75,7 @@ def test_deploy_gate_with_a_control_character_in_model_path_fails_cleanly(path):
     assert kind == "fail", result
     assert "request.model_path" in result["msg"] and "control characters" in result["msg"]
     assert deploy_gate.measure_fp16_copy({"model_path": path}) is None
+    assert deploy_gate.measure_gptq_copy({"model_path": path}) is None
 
 
 def test_host_facts_refuses_special_files_instead_of_hanging(tmp_path):
