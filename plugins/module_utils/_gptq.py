@@ -593,8 +593,8 @@ def repack_checkpoint(src, dest, group_size=32, layout="auto", max_shard_size="5
                           check_mode=check_mode)
 
 
-def _group_size_from_text(value):
-    """Module/script helper: "32" or 32 -> 32, refusing anything else with the choices."""
+def group_size_option(value):
+    """The group_size option of the module and the script: "32" or 32 -> 32, anything else refused."""
     text = str(value).strip()
     if not re.match(r"^[0-9]{1,4}$", text) or int(text) not in GROUP_SIZES:
         raise Nvfp4Error("group_size=%r is not one of %s" % (value, ", ".join(str(g) for g in GROUP_SIZES)))

@@ -49,6 +49,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import struct
 import queue
 import tempfile
@@ -70,6 +71,8 @@ BLOCK = 16
 # Elements per row block (float32 work buffer = 4 bytes each): bounds the converter's memory.
 BLOCK_ELEMENTS = 1 << 22
 MAX_HEADER_BYTES = 100000000
+# config.json, the index and the quantization descriptions are read whole, up to this size.
+MAX_JSON_BYTES = 64 << 20
 
 # FP4 E2M1, code -> value; bit 3 is the sign (facts.md section 4, verified).
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
@@ -301,7 +304,7 @@ def dequantize_compressed_tensors(packed, scale, global_scale):
 def read_header(path):
     """{"path", "data_start", "file_bytes", "tensors": {name: {dtype, shape, offsets}}} of one file."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             size = os.fstat(handle.fileno()).st_size
             prefix = handle.read(8)
             if len(prefix) < 8:
@@ -314,7 +317,7 @@ def read_header(path):
         header = json.loads(raw.decode("utf-8"))
     except (IOError, OSError) as exc:
         raise Nvfp4Error("%s: cannot be read (%s)" % (path, exc))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise Nvfp4Error("%s: header is not valid JSON (%s); re-download it" % (path, exc))
     if not isinstance(header, dict):
         raise Nvfp4Error("%s: header must be a JSON object" % path)
@@ -384,11 +387,32 @@ def write_safetensors(path, tensors):
 # ---------------------------------------------------------------------------------------------
 
 
+def open_regular(path):
+    """A binary handle on ``path`` if it is a regular file. A FIFO, a device or a socket (a named
+    pipe, /dev/zero linked in) is refused without blocking: opened with O_NONBLOCK, then fstat of
+    what was opened (so a swap after a check cannot slip one in)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (IOError, OSError) as exc:
+        raise Nvfp4Error("%s: cannot be read (%s)" % (path, exc))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "not a regular file")
+        raise Nvfp4Error("%s: is %s, not a regular file; a checkpoint holds regular files only" % (path, kind))
+    return os.fdopen(fd, "rb")
+
+
 def _read_json(path):
     try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read().decode("utf-8"))
-    except (IOError, OSError, UnicodeDecodeError, ValueError) as exc:
+        with open_regular(path) as handle:
+            raw = handle.read(MAX_JSON_BYTES + 1)
+        if len(raw) > MAX_JSON_BYTES:
+            raise Nvfp4Error("%s: larger than %d bytes, not a model description; check the file" % (path, MAX_JSON_BYTES))
+        data = json.loads(raw.decode("utf-8"))
+    except (IOError, OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise Nvfp4Error("%s: cannot be read as JSON (%s)" % (path, exc))
     if not isinstance(data, dict):
         raise Nvfp4Error("%s: must hold a JSON object" % path)
@@ -397,15 +421,16 @@ def _read_json(path):
 
 def _weight_files(model_dir):
     index = os.path.join(model_dir, INDEX_FILE)
-    if os.path.isfile(index):
+    if os.path.exists(index):
         weight_map = _read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise Nvfp4Error("%s: weight_map must be a non-empty object" % index)
-        files = sorted(set(weight_map.values()))
-        for name in files:
+        for name in weight_map.values():
             if not isinstance(name, str) or "/" in name or name in (".", ".."):
                 raise Nvfp4Error("%s: weight_map names %r, which is not a plain file name" % (index, name))
-            if not os.path.isfile(os.path.join(model_dir, name)):
+        files = sorted(set(weight_map.values()))
+        for name in files:
+            if not os.path.exists(os.path.join(model_dir, name)):
                 raise Nvfp4Error("%s: shard %s listed in %s is missing; finish the download" % (model_dir, name, INDEX_FILE))
         return files
     files = sorted(f for f in os.listdir(model_dir) if f.endswith(".safetensors"))
@@ -444,13 +469,13 @@ def detect_layout(model_dir, headers=None):
     found = None
     described = []
     hf_quant = os.path.join(model_dir, "hf_quant_config.json")
-    if os.path.isfile(hf_quant):
+    if os.path.exists(hf_quant):
         quant = _read_json(hf_quant).get("quantization") or {}
         described.append("hf_quant_config.json quant_algo=%r" % quant.get("quant_algo"))
         if str(quant.get("quant_algo", "")).upper() == "NVFP4":
             found = "modelopt"
     config_path = os.path.join(model_dir, "config.json")
-    if found is None and os.path.isfile(config_path):
+    if found is None and os.path.exists(config_path):
         qc = _read_json(config_path).get("quantization_config")
         if isinstance(qc, dict):
             method = str(qc.get("quant_method", "")).lower().replace("_", "-")
@@ -465,7 +490,7 @@ def detect_layout(model_dir, headers=None):
             elif method == "compressed-tensors" and "nvfp4-pack-quantized" in formats:
                 found = "compressed_tensors"
     qc_path = os.path.join(model_dir, "quant_config.json")
-    if found is None and os.path.isfile(qc_path):
+    if found is None and os.path.exists(qc_path):
         qc = _read_json(qc_path)
         described.append("quant_config.json quant_method=%r block_size=%r scale_bits=%r"
                          % (qc.get("quant_method"), qc.get("block_size"), qc.get("scale_bits")))
@@ -613,7 +638,7 @@ def _copy_files(src):
 
 def sha256_file(path, chunk=1 << 23):
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         while True:
             data = handle.read(chunk)
             if not data:
@@ -725,7 +750,7 @@ def _write_tensor(handle, tensor, where):
     info = header["tensors"][name]
     if tensor["kind"] == "copy":
         begin, end = info["offsets"]
-        with open(header["path"], "rb") as source:
+        with open_regular(header["path"]) as source:
             source.seek(header["data_start"] + begin)
             left = end - begin
             while left:
@@ -837,12 +862,12 @@ def convert(src, dest, target, layout="auto", max_shard_size="5GB", check_mode=F
     shards = _shards(tensors, max_shard)
     copy, skipped = _copy_files(src)
     config_path = os.path.join(src, "config.json")
-    if not os.path.isfile(config_path):
+    if not os.path.exists(config_path):
         raise Nvfp4Error("%s: config.json is missing; src must be a complete Hugging Face model directory" % src)
     config = _read_json(config_path)
 
     input_names = list(files) + ["config.json"] + copy
-    if os.path.isfile(os.path.join(src, INDEX_FILE)):
+    if os.path.exists(os.path.join(src, INDEX_FILE)):
         input_names.append(INDEX_FILE)
     inputs = dict((n, {"path": os.path.join(src, n), "size": os.path.getsize(os.path.join(src, n))})
                   for n in input_names)
@@ -892,7 +917,7 @@ def convert(src, dest, target, layout="auto", max_shard_size="5GB", check_mode=F
         try:
             for input_name, entry in inputs.items():
                 hashes[input_name] = sha256_file(entry["path"])
-        except (IOError, OSError) as exc:
+        except (IOError, OSError, Nvfp4Error) as exc:
             hash_errors.append(exc)
 
     hasher = threading.Thread(target=_hash_inputs, name="nvfp4-sha256")
@@ -927,7 +952,8 @@ def convert(src, dest, target, layout="auto", max_shard_size="5GB", check_mode=F
         with open(os.path.join(tmp, "config.json"), "w") as handle:
             json.dump(config, handle, indent=2, sort_keys=True)
         for name in copy:
-            shutil.copyfile(os.path.join(src, name), os.path.join(tmp, name))
+            with open_regular(os.path.join(src, name)) as source, open(os.path.join(tmp, name), "wb") as out:
+                shutil.copyfileobj(source, out, 1 << 20)
         for name in (INDEX_FILE, "config.json"):
             outputs[name] = {"size": os.path.getsize(os.path.join(tmp, name))}
         manifest = {"converter_version": target.version, "settings": settings, "outputs": outputs,
