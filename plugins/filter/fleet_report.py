@@ -73,10 +73,13 @@ _value:
     - The report document. C(report_format) (2), C(collection), C(mode), C(outcomes) (every outcome word in rule
       order, with its meaning), C(hosts) (one entry per host, sorted by name) and C(summary).
     - Each host entry holds the preflight result's keys (C(verdict), C(state), C(reasons), C(warnings), C(gpu_count),
-      ...) and adds C(outcome), C(outcome_detail), C(reachable), C(rollout) (C(driver), C(runtime), C(server)),
-      C(rollout_status), C(serving) (deployed and serving hosts - C(image), C(image_digest), C(model_path),
-      C(instances) with C(flags), C(ttft_s), C(tokens_per_s), C(health_s)) and C(failure) (rolled_back and failed
-      hosts - C(step), C(msg), C(failed_instance), C(journal_tail)).
+      ...) and adds C(outcome), C(outcome_detail), C(reachable), C(serving_label) (the serving path as the report
+      names it, V(gptq_repack) with the group size, bits per weight and expected error), C(rollout) (C(driver),
+      C(runtime), C(server)), C(rollout_status), C(serving) (deployed and serving hosts - C(image),
+      C(image_digest), C(model_path), C(serving_path), C(served_model_path), C(fp16_copy), C(gptq_copy) and
+      C(gptq_copy_detail) (the copy the server serves), C(instances) with C(flags), C(ttft_s), C(tokens_per_s),
+      C(health_s)) and C(failure) (rolled_back and failed hosts - C(step), C(msg), C(failed_instance),
+      C(journal_tail)).
     - C(summary) holds C(hosts) (a count), C(by_outcome), C(by_state), C(allowed) and C(refused) (host names).
     - C(doctor) and C(benchmark), when a record carries them - C(hosts) (each the host's record with C(host)) and
       C(summary) (C(hosts), and C(by_status) and C(problem) for the doctor, C(instances) for the benchmark).

@@ -38,6 +38,8 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import (
     BITS as GPTQ_BITS,
     EXPECTED_ERROR as GPTQ_EXPECTED_ERROR,
     GROUP_SIZES as GPTQ_GROUP_SIZES,
+    # labfleet.vllm.nvfp4_repack's manifest in a finished GPTQ copy.
+    MANIFEST_FILE as GPTQ_COPY_MANIFEST,
     repacked_tensor_bytes,
 )
 from ansible_collections.labfleet.vllm.plugins.module_utils._host import require_cuda_enforcement
@@ -95,9 +97,7 @@ _QUANT_MODEL_KEYS = ("quant_method", "quant_scheme", "quant_bits", "quant_group_
 # labfleet.vllm.nvfp4_dequantize's manifest in a finished FP16 copy (_nvfp4.MANIFEST_FILE).
 FP16_COPY_MANIFEST = "nvfp4_dequantize_manifest.json"
 FP16_COPY_SUFFIX = "-fp16"
-# labfleet.vllm.nvfp4_repack's manifest in a finished GPTQ copy, and the copy's default directory:
-# model_path + "-gptq" + the group size.
-GPTQ_COPY_MANIFEST = "nvfp4_repack_manifest.json"
+# The GPTQ copy's default directory: model_path + "-gptq" + the group size.
 GPTQ_COPY_SUFFIX = "-gptq"
 # The vLLM arguments the GPTQ copy is served with: vLLM's gptq method (exllama kernels), which runs
 # in float16 only (policy QUANTIZATION gptq act_dtypes).

@@ -134,7 +134,58 @@ def _instances(server):
     return out
 
 
+def _error_percent(error):
+    """"7.9%" from an expected_error / measured error mapping's rel_rms (a fraction), or None."""
+    rms = _number((error or {}).get("rel_rms")) if isinstance(error, dict) else None
+    return None if rms is None else "%.1f%%" % (rms * 100)
+
+
+def serving_label(path, repack):
+    """How the report names a serving path: gptq_repack with the plan's group size, bits per weight
+    and expected error ("gptq_repack (group size 64, ~4.3 bits per weight, expected error 7.9%)");
+    any other path as it is."""
+    if path != "gptq_repack" or not isinstance(repack, dict):
+        return path
+    parts = []
+    group = _number(repack.get("group_size"))
+    if group is not None:
+        parts.append("group size %d" % group)
+    bits = _number(repack.get("bits_per_weight"))
+    if bits is not None:
+        parts.append("~%.1f bits per weight" % bits)
+    error = _error_percent(repack.get("expected_error"))
+    parts.append("expected error %s" % error if error else "expected error not measured yet")
+    return "%s (%s)" % (path, ", ".join(parts))
+
+
+def gptq_copy_detail(copy):
+    """The report's line about the GPTQ copy a server serves (after "GPTQ copy served: ")."""
+    copy = _mapping(copy) or {}
+    parts = ["made by this run" if _text(copy.get("changed")).lower() == "true" else "kept from an earlier run"]
+    group = _number(copy.get("group_size"))
+    if group is not None:
+        parts.append("group size %d" % group)
+    bits = _number(copy.get("bits_per_weight"))
+    if bits is not None:
+        parts.append("~%.1f bits per weight" % bits)
+    size = _number(copy.get("output_bytes"))
+    if size is None:
+        size = _number(copy.get("planned_bytes"))
+    if size is not None:
+        parts.append("%d bytes" % size)
+    expected = copy.get("expected_error") if isinstance(copy.get("expected_error"), dict) else {}
+    error = _error_percent(expected)
+    parts.append("expected error %s (%s)" % (error, _text(expected.get("source")) or "no source")
+                 if error else "expected error not measured yet")
+    measured = _error_percent(copy.get("measured_error"))
+    if measured:
+        parts.append("measured %s" % measured)
+    return "%s of the NVFP4 checkpoint %s (%s), served with --quantization gptq" % (
+        _text(copy.get("path")) or "?", _text(copy.get("source")) or "?", ", ".join(parts))
+
+
 def _serving(server):
+    gptq = _mapping(server.get("gptq_copy"))
     return {
         "image": server.get("image"),
         "image_digest": server.get("image_digest"),
@@ -142,6 +193,8 @@ def _serving(server):
         "serving_path": server.get("serving_path"),
         "served_model_path": server.get("served_model_path") or server.get("model_path"),
         "fp16_copy": _mapping(server.get("fp16_copy")),
+        "gptq_copy": gptq,
+        "gptq_copy_detail": gptq_copy_detail(gptq) if gptq else None,
         "instances": _instances(server),
     }
 
@@ -286,6 +339,7 @@ def host_entry(record, mode="rollout"):
         entry = dict(pre)
         entry["host"] = host
         entry.setdefault("state", "unknown")
+        entry["serving_label"] = serving_label(pre.get("serving_path"), pre.get("serving_repack"))
     outcome, detail, extra = host_outcome(record, mode)
     entry.update({
         "outcome": outcome,

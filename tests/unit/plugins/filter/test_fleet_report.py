@@ -184,6 +184,30 @@ def test_the_serving_path_and_the_fp16_copy_are_shown():
     assert "<li>FP16 copy served: /srv/models/m-fp16 of the NVFP4 checkpoint /srv/models/m (kept" in html
 
 
+def test_the_gptq_repack_and_its_copy_are_shown():
+    why = ("NVFP4 cannot be served natively here (QUANTIZATION_UNSUPPORTED_ON_ARCH) and the FP16 fallback is refused "
+           "too (INSUFFICIENT_VRAM); vllm_server repacks the checkpoint once to GPTQ int4")
+    repack = {"group_size": 64, "bits_per_weight": 4.32, "expected_error": {"rel_rms": 0.0812, "source": "bench"}}
+    preflight = {"verdict": "allowed", "state": "ok", "reasons": [], "warnings": [], "probe_only": False,
+                 "serving_path": "gptq_repack", "serving_why": why, "serving_repack": repack}
+    copy = {"source": "/srv/models/m", "path": "/srv/models/m-gptq64", "changed": True, "group_size": 64,
+            "bits_per_weight": 4.32, "output_bytes": 41129623552, "expected_error": repack["expected_error"]}
+    server = {"status": "deployed", "image": "vllm/vllm-openai:v0.8.5", "image_digest": "sha256:1",
+              "model_path": "/srv/models/m", "serving_path": "gptq_repack", "served_model_path": "/srv/models/m-gptq64",
+              "fp16_copy": None, "gptq_copy": copy, "instances": []}
+    doc = fleet_report([{"host": "gpu01", "reachable": True, "preflight": preflight, "server": server}], "rollout")
+    label = "gptq_repack (group size 64, ~4.3 bits per weight, expected error 8.1%)"
+    served = ("/srv/models/m-gptq64 of the NVFP4 checkpoint /srv/models/m (made by this run, group size 64, ~4.3 bits "
+              "per weight, 41129623552 bytes, expected error 8.1% (bench)), served with --quantization gptq")
+    markdown = render("fleet-report.md.j2", doc)
+    assert "- serving path: %s: %s" % (label, why) in markdown
+    assert "- GPTQ copy served: " + served in markdown
+    assert "FP16 copy served" not in markdown
+    html = render("fleet-report.html.j2", doc)
+    assert "<li>serving path: %s: %s</li>" % (label, why) in html
+    assert "<li>GPTQ copy served: %s</li>" % served in html
+
+
 def test_markdown_metrics_section_lists_targets_and_skipped():
     inst = {"name": "vllm", "port": 8000, "bind_address": "10.0.0.5", "status": "deployed", "argv": []}
     lo = dict(inst, name="vllm-lo", port=8001, bind_address="127.0.0.1")

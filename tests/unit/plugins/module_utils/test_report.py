@@ -156,6 +156,47 @@ def test_serving_from_an_fp16_copy_says_so():
     old = R.host_outcome(rec(server=DEPLOYED), "rollout")[2]["serving"]
     assert old["served_model_path"] == "/srv/models/model"
     assert old["serving_path"] is None and old["fp16_copy"] is None
+    assert old["gptq_copy"] is None and old["gptq_copy_detail"] is None
+
+
+# The plan's serving.gptq_repack as the preflight records it (serving_repack), and the server's copy.
+REPACK = {"group_size": 64, "bits_per_weight": 4.32, "repacked_bytes": 41129623552,
+          "expected_error": {"rel_rms": 0.0812, "max_abs_rel": 0.31, "source": "benchmarks/nvfp4_repack.py"}}
+GPTQ_COPY = {"source": "/srv/models/model", "path": "/srv/models/model-gptq64", "changed": True, "group_size": 64,
+             "bits_per_weight": 4.32, "output_bytes": 41129623552, "planned_bytes": 41129623552,
+             "expected_error": REPACK["expected_error"], "measured_error": {"rel_rms": 0.0805, "max_abs": 0.02}}
+
+
+def test_serving_label_names_the_repacks_group_size_bits_and_expected_error():
+    assert R.serving_label("gptq_repack", REPACK) == \
+        "gptq_repack (group size 64, ~4.3 bits per weight, expected error 8.1%)"
+    unmeasured = dict(REPACK, expected_error={"rel_rms": None, "source": "provisional: not measured yet"})
+    assert R.serving_label("gptq_repack", unmeasured) == \
+        "gptq_repack (group size 64, ~4.3 bits per weight, expected error not measured yet)"
+    # Other paths, and a record without the plan's repack, keep their plain name.
+    assert R.serving_label("fp16_fallback", REPACK) == "fp16_fallback"
+    assert R.serving_label("gptq_repack", None) == "gptq_repack"
+    assert R.serving_label(None, None) is None
+    # Nonsense figures are left out rather than printed.
+    assert R.serving_label("gptq_repack", {"group_size": "x", "bits_per_weight": float("nan")}) == \
+        "gptq_repack (expected error not measured yet)"
+
+
+def test_serving_from_a_gptq_copy_says_so():
+    server = dict(DEPLOYED, serving_path="gptq_repack", served_model_path="/srv/models/model-gptq64",
+                  gptq_copy=GPTQ_COPY)
+    sv = R.host_outcome(rec(server=server), "rollout")[2]["serving"]
+    assert sv["serving_path"] == "gptq_repack" and sv["fp16_copy"] is None
+    assert sv["gptq_copy"] == GPTQ_COPY
+    assert sv["gptq_copy_detail"] == (
+        "/srv/models/model-gptq64 of the NVFP4 checkpoint /srv/models/model (made by this run, group size 64, "
+        "~4.3 bits per weight, 41129623552 bytes, expected error 8.1% (benchmarks/nvfp4_repack.py), measured 8.1%), "
+        "served with --quantization gptq")
+    kept = R.gptq_copy_detail(dict(GPTQ_COPY, changed="False", output_bytes=None, measured_error=None))
+    assert "(kept from an earlier run, group size 64, ~4.3 bits per weight, 41129623552 bytes, expected" in kept
+    entry = R.host_entry(rec(server=server, preflight=dict(rec()["preflight"], serving_path="gptq_repack",
+                                                           serving_repack=REPACK)))
+    assert entry["serving_label"] == "gptq_repack (group size 64, ~4.3 bits per weight, expected error 8.1%)"
 
 
 def test_unchanged_is_serving():
