@@ -140,12 +140,8 @@ def _error_percent(error):
     return None if rms is None else "%.1f%%" % (rms * 100)
 
 
-def serving_label(path, repack):
-    """How the report names a serving path: gptq_repack with the plan's group size, bits per weight
-    and expected error ("gptq_repack (group size 64, ~4.3 bits per weight, expected error 7.9%)");
-    any other path as it is."""
-    if path != "gptq_repack" or not isinstance(repack, dict):
-        return path
+def _group_and_bits(repack):
+    """["group size 64", "~4.3 bits per weight"] from a repack plan or copy record (numbers only)."""
     parts = []
     group = _number(repack.get("group_size"))
     if group is not None:
@@ -153,6 +149,16 @@ def serving_label(path, repack):
     bits = _number(repack.get("bits_per_weight"))
     if bits is not None:
         parts.append("~%.1f bits per weight" % bits)
+    return parts
+
+
+def serving_label(path, repack):
+    """How the report names a serving path: gptq_repack with the plan's group size, bits per weight
+    and expected error ("gptq_repack (group size 64, ~4.3 bits per weight, expected error 7.9%)");
+    any other path as it is."""
+    if path != "gptq_repack" or not isinstance(repack, dict):
+        return path
+    parts = _group_and_bits(repack)
     error = _error_percent(repack.get("expected_error"))
     parts.append("expected error %s" % error if error else "expected error not measured yet")
     return "%s (%s)" % (path, ", ".join(parts))
@@ -162,12 +168,7 @@ def gptq_copy_detail(copy):
     """The report's line about the GPTQ copy a server serves (after "GPTQ copy served: ")."""
     copy = _mapping(copy) or {}
     parts = ["made by this run" if _text(copy.get("changed")).lower() == "true" else "kept from an earlier run"]
-    group = _number(copy.get("group_size"))
-    if group is not None:
-        parts.append("group size %d" % group)
-    bits = _number(copy.get("bits_per_weight"))
-    if bits is not None:
-        parts.append("~%.1f bits per weight" % bits)
+    parts.extend(_group_and_bits(copy))
     size = _number(copy.get("output_bytes"))
     if size is None:
         size = _number(copy.get("planned_bytes"))
