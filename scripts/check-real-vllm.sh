@@ -95,9 +95,13 @@ install_venv() {
     rm -rf "$VENV"
     "$PYTHON" -m venv "$VENV" >"$log" 2>&1 || skip "$PYTHON -m venv failed (see $log)"
     say "installing $VLLM_PIN with $TORCH_PIN into $VENV (log: $log)"
-    if ! "$VENV/bin/python" -m pip install --progress-bar off "$PIP_PIN" >>"$log" 2>&1 \
-        || ! "$VENV/bin/python" -m pip install --progress-bar off -c "$CONSTRAINTS" "$VLLM_PIN" "$TORCH_PIN" >>"$log" 2>&1; then
-        tail -n 5 "$log" | sed 's/^/  pip: /'
+    if ! "$VENV/bin/python" -m pip install --progress-bar off "$PIP_PIN" >>"$log" 2>&1; then
+        tail -n 3 "$log" | sed 's/^/  pip: /'
+        rm -rf "$VENV"
+        skip "pip could not install $PIP_PIN into the new venv (is a package index reachable?), see $log"
+    fi
+    if ! "$VENV/bin/python" -m pip install --progress-bar off -c "$CONSTRAINTS" "$VLLM_PIN" "$TORCH_PIN" >>"$log" 2>&1; then
+        grep -E -A2 '^(ERROR|Additionally)' "$log" | grep -v -E '^(--)?$' | head -n 8 | sed 's/^/  pip: /'
         rm -rf "$VENV"
         skip "pip could not install $VLLM_PIN with $TORCH_PIN (the CPU build of torch; PyPI has no +cpu wheel," \
             "pip needs a local wheel or the PyTorch CPU index), see $log"
