@@ -27,6 +27,8 @@ import stat
 import struct
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import GROUP_SIZES, repacked_tensor_bytes
+# The NVFP4 layers the repacker writes as float16 instead (the LM head).
+from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import _FP16_LAYERS as GPTQ_FP16_LAYERS
 from ansible_collections.labfleet.vllm.plugins.module_utils._nvfp4 import BLOCK as NVFP4_BLOCK
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
     KNOWN_VLLM_QUANT_METHODS,
@@ -957,12 +959,14 @@ def nvfp4_linears(tensors):
     An NVFP4 linear weight is a packed uint8 ``<layer>.weight`` (ModelOpt) or ``<layer>.weight_packed``
     (compressed-tensors) [out, in/2] with a float8_e4m3 block scale ``<layer>.weight_scale`` [out, in/16]
     (facts.md section 4). ``shapes`` counts them per shape: [{"out_features", "in_features", "count"}],
-    sorted. ``other_bytes`` is what the tensors that are neither those weights nor quantization
-    auxiliaries (scales, global scales, KV-cache scales) take in the copy: float tensors as float16
-    (2 bytes an element), the rest as they are. ([], None) when there is no NVFP4 weight.
+    sorted; an NVFP4 LM head is not among them (the repacker writes it as float16). ``other_bytes``
+    is what the rest takes in the copy (quantization auxiliaries such as scales, global scales and
+    KV-cache scales left out): float tensors and an NVFP4 LM head as float16 (2 bytes an element),
+    other tensors as they are. ([], None) when there is no NVFP4 weight.
     """
     counts = {}
     linear = set()
+    fp16 = 0
     for name, info in tensors.items():
         prefix, _dot, last = name.rpartition(".")
         if last not in ("weight", "weight_packed") or info["dtype"] != "U8" or len(info["shape"]) != 2:
@@ -974,11 +978,14 @@ def nvfp4_linears(tensors):
                 or list(scale["shape"]) != [rows, in_features // NVFP4_BLOCK] or in_features % NVFP4_BLOCK):
             continue
         linear.add(name)
+        if prefix.rsplit(".", 1)[-1] in GPTQ_FP16_LAYERS:
+            fp16 += rows * in_features * 2
+            continue
         key = (rows, in_features)
         counts[key] = counts.get(key, 0) + 1
-    if not linear:
+    if not counts:
         return [], None
-    other = 0
+    other = fp16
     for name, info in tensors.items():
         if name in linear or _is_aux(name):
             continue

@@ -124,6 +124,10 @@ def test_nvfp4_linears_needs_the_block_scale_of_the_right_shape():
     assert shapes == [{"out_features": 256, "in_features": 256, "count": 1}]
     assert other == 512 + 32   # the norm as float16, the integer tensor as it is; the scale is dropped
     # A uint8 weight without its block scale, or with a scale of another shape, is not NVFP4.
+    # An NVFP4 LM head stays float16 in the GPTQ copy: counted with the rest, not as a weight to repack.
+    shapes, other = M.nvfp4_linears({"a.weight": weight, "a.weight_scale": scale, "lm_head.weight": weight,
+                                     "lm_head.weight_scale": scale})
+    assert shapes == [{"out_features": 256, "in_features": 256, "count": 1}] and other == 256 * 256 * 2
     assert M.nvfp4_linears({"a.weight": weight}) == ([], None)
     assert M.nvfp4_linears({"a.weight": weight, "a.weight_scale": dict(scale, shape=[256, 8])}) == ([], None)
     assert M.nvfp4_linears({"a.weight": weight, "a.weight_scale": dict(scale, dtype="F32")}) == ([], None)
