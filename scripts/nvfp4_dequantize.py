@@ -7,7 +7,6 @@ needs numpy (python3-numpy). Prints the result as JSON; exit status 1 with a mes
 """
 
 import argparse
-import json
 import os
 import sys
 
@@ -22,21 +21,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("src", help="NVFP4 checkpoint directory")
     parser.add_argument("dest", help="FP16 output directory (must not exist, be empty, or be an earlier output)")
-    parser.add_argument("--layout", default="auto", choices=["auto", "modelopt", "compressed_tensors"])
+    parser.add_argument("--layout", default="auto", choices=list(_nvfp4.LAYOUTS))
     parser.add_argument("--max-shard-size", default="5GB", help="largest output shard (default 5GB)")
     parser.add_argument("--check", action="store_true", help="report what would be done, write nothing")
     args = parser.parse_args(argv)
-    if not _nvfp4.HAS_NUMPY:
-        sys.stderr.write("numpy is required: install python3-numpy (or pip install numpy)\n")
-        return 1
-    try:
-        result = _nvfp4.convert_checkpoint(args.src, args.dest, layout=args.layout,
-                                           max_shard_size=args.max_shard_size, check_mode=args.check)
-    except _nvfp4.Nvfp4Error as exc:
-        sys.stderr.write("nvfp4_dequantize: %s\n" % exc)
-        return 1
-    print(json.dumps(result, indent=2, sort_keys=True))
-    return 0
+    return _nvfp4.run_script("nvfp4_dequantize", lambda: _nvfp4.convert_checkpoint(
+        args.src, args.dest, layout=args.layout, max_shard_size=args.max_shard_size, check_mode=args.check),
+        sys.stdout, sys.stderr)
 
 
 if __name__ == "__main__":

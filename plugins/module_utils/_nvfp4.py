@@ -71,6 +71,7 @@ BLOCK = 16
 # Elements per row block (float32 work buffer = 4 bytes each): bounds the converter's memory.
 BLOCK_ELEMENTS = 1 << 22
 MAX_HEADER_BYTES = 100000000
+LAYOUTS = ("auto", "modelopt", "compressed_tensors")
 # config.json, the index and the quantization descriptions are read whole, up to this size.
 MAX_JSON_BYTES = 64 << 20
 
@@ -847,8 +848,8 @@ def convert(src, dest, target, layout="auto", max_shard_size="5GB", check_mode=F
     _need_numpy()
     src = os.path.abspath(src)
     dest = os.path.abspath(dest)
-    if layout not in ("auto", "modelopt", "compressed_tensors"):
-        raise Nvfp4Error("layout=%r is not one of auto, modelopt, compressed_tensors" % (layout,))
+    if layout not in LAYOUTS:
+        raise Nvfp4Error("layout=%r is not one of %s" % (layout, ", ".join(LAYOUTS)))
     if not os.path.isdir(src):
         raise Nvfp4Error("src=%s is not a directory; point src at the NVFP4 checkpoint directory" % src)
     if dest == src or dest.startswith(src + os.sep):
@@ -984,3 +985,48 @@ def convert_checkpoint(src, dest, layout="auto", max_shard_size="5GB", check_mod
     shards (list of file names), manifest (path), files_copied, files_skipped, disk_free_bytes}.
     """
     return convert(src, dest, Fp16Target(), layout=layout, max_shard_size=max_shard_size, check_mode=check_mode)
+
+
+# ---------------------------------------------------------------------------------------------
+# The converters' module and script entry points (nvfp4_dequantize, nvfp4_repack)
+# ---------------------------------------------------------------------------------------------
+
+def argument_spec(**extra):
+    """AnsibleModule argument_spec of a converter module: src, dest, layout, max_shard_size and ``extra``."""
+    spec = dict(src=dict(type="path", required=True), dest=dict(type="path", required=True),
+                layout=dict(type="str", default="auto", choices=list(LAYOUTS)),
+                max_shard_size=dict(type="str", default="5GB"))
+    spec.update(extra)
+    return spec
+
+
+def run_module(module, name, convert):
+    """exit_json with ``convert()``'s result, or fail_json naming the module: numpy missing (with the
+    package to install), an Nvfp4Error, an OS error (with what to check)."""
+    if not HAS_NUMPY:
+        module.fail_json(msg="%s: numpy is required on the host that runs the conversion (on Debian/Ubuntu: apt-get "
+                             "install python3-numpy; or pip install numpy)" % name, exception=str(NUMPY_IMPORT_ERROR))
+    try:
+        result = convert()
+    except Nvfp4Error as exc:
+        module.fail_json(msg="%s: %s" % (name, exc))
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="%s: %s: %s (check permissions and free space of src and dest)"
+                         % (name, type(exc).__name__, exc))
+    module.exit_json(**result)
+
+
+def run_script(name, convert, out, err):
+    """A converter script's exit status: ``convert()``'s result printed as JSON to ``out`` (0), or
+    the message to ``err`` (1)."""
+    if not HAS_NUMPY:
+        err.write("%s: numpy is required: install python3-numpy (or pip install numpy)\n" % name)
+        return 1
+    try:
+        result = convert()
+    except Nvfp4Error as exc:
+        err.write("%s: %s\n" % (name, exc))
+        return 1
+    out.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return 0
+

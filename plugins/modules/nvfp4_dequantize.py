@@ -149,34 +149,17 @@ disk_free_bytes:
   sample: 500000000000
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.labfleet.vllm.plugins.module_utils import _nvfp4
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            src=dict(type="path", required=True),
-            dest=dict(type="path", required=True),
-            layout=dict(type="str", default="auto", choices=["auto", "modelopt", "compressed_tensors"]),
-            max_shard_size=dict(type="str", default="5GB"),
-        ),
-        supports_check_mode=True,
-    )
-    if not _nvfp4.HAS_NUMPY:
-        module.fail_json(msg=missing_required_lib("numpy") + " (on Debian/Ubuntu: apt-get install python3-numpy)",
-                         exception=str(_nvfp4.NUMPY_IMPORT_ERROR))
+    module = AnsibleModule(argument_spec=_nvfp4.argument_spec(), supports_check_mode=True)
     params = module.params
-    try:
-        result = _nvfp4.convert_checkpoint(params["src"], params["dest"], layout=params["layout"],
-                                           max_shard_size=params["max_shard_size"], check_mode=module.check_mode)
-    except _nvfp4.Nvfp4Error as exc:
-        module.fail_json(msg="nvfp4_dequantize: %s" % exc)
-    except (IOError, OSError) as exc:
-        module.fail_json(msg="nvfp4_dequantize: %s: %s (check permissions and free space of src and dest)"
-                         % (type(exc).__name__, exc))
-    module.exit_json(**result)
+    _nvfp4.run_module(module, "nvfp4_dequantize", lambda: _nvfp4.convert_checkpoint(
+        params["src"], params["dest"], layout=params["layout"], max_shard_size=params["max_shard_size"],
+        check_mode=module.check_mode))
 
 
 if __name__ == "__main__":
