@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -421,6 +422,90 @@ def test_knobs_unknown_flag_exits_2_and_nvfp4_is_refused(start, tmp_path):
     server = start(config=nvfp4, wait=False)
     assert server.process.wait(10) == 1
     assert "modelopt_fp4 is not supported for the current GPU" in server.log.read_text()
+
+
+# ------------------------------------------------------------------ GPTQ: what vLLM 0.8.5's gptq method takes
+
+GPTQ_CONFIG = dict(LLAMA2_7B, quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 32,
+                                                   "desc_act": False, "sym": False})
+
+
+def gptq_layer(prefix, out_features, in_features, group=32):
+    """A repacked linear layer's tensors (GPTQ layout): name -> (dtype, shape)."""
+    groups = in_features // group
+    return {prefix + ".qweight": ("I32", [in_features // 8, out_features]),
+            prefix + ".qzeros": ("I32", [groups, out_features // 8]),
+            prefix + ".scales": ("F16", [groups, out_features]),
+            prefix + ".g_idx": ("I32", [in_features])}
+
+
+def write_weights(model_dir, tensors):
+    """A safetensors file of ``tensors`` (name -> (dtype, shape)) with zero data."""
+    header, offset = {}, 0
+    for name, (dtype, shape) in sorted(tensors.items()):
+        size = {"I32": 4, "F16": 2, "BF16": 2, "U8": 1}[dtype]
+        for dim in shape:
+            size *= dim
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode("utf-8")
+    model_dir.mkdir(exist_ok=True)
+    for old in model_dir.glob("*.safetensors"):
+        old.unlink()
+    (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
+
+
+def gptq_tensors(**changes):
+    tensors = {"model.embed_tokens.weight": ("F16", [64, 256]), "lm_head.weight": ("F16", [64, 256])}
+    tensors.update(gptq_layer("model.layers.0.self_attn.o_proj", 256, 256))
+    tensors.update(gptq_layer("model.layers.0.mlp.down_proj", 256, 512))
+    tensors.update(gptq_layer("model.layers.0.mlp.gate_proj", 512, 256))
+    tensors.update(changes)
+    return dict((k, v) for k, v in tensors.items() if v is not None)
+
+
+@pytest.mark.parametrize("args", [["--quantization", "gptq", "--dtype", "float16", "--tensor-parallel-size", "2"],
+                                  ["--dtype", "half"]])
+def test_a_gptq_checkpoint_is_served(start, tmp_path, args):
+    write_weights(tmp_path / "model", gptq_tensors())
+    server = start(config=GPTQ_CONFIG, args=args)
+    assert request(server, "GET", "/health")[0].status == 200
+    assert "with the gptq method" in server.log.read_text()
+
+
+NVFP4_CONFIG = dict(LLAMA2_7B, quantization_config={"quant_method": "modelopt", "quant_algo": "NVFP4"})
+_QC = GPTQ_CONFIG["quantization_config"]
+
+
+@pytest.mark.parametrize("config, tensors, args, says", [
+    (NVFP4_CONFIG, gptq_tensors(), [], "Quantization method specified in the model config (modelopt) does not match "
+                                       "the quantization method specified in the `quantization` argument (gptq)"),
+    (LLAMA2_7B, gptq_tensors(), [], "Cannot find the config file for gptq"),
+    (dict(GPTQ_CONFIG, quantization_config=dict(_QC, bits=5)), gptq_tensors(), [],
+     "only 2/3/4/8-bit weight quantization is supported for GPTQ, but got 5 bits"),
+    (dict(GPTQ_CONFIG, quantization_config=dict(_QC, bits=8)), gptq_tensors(), [], "4-bit GPTQ only"),
+    (dict(GPTQ_CONFIG, quantization_config=dict((k, v) for k, v in _QC.items() if k != "desc_act")), gptq_tensors(),
+     [], "Cannot find any of ['desc_act'] in the model's quantization config"),
+    (GPTQ_CONFIG, gptq_tensors(), ["--dtype", "bfloat16"],
+     "torch.bfloat16 is not supported for quantization method gptq"),
+    (GPTQ_CONFIG, gptq_tensors(**{"model.layers.0.self_attn.q_proj.weight": ("F16", [256, 256])}), [],
+     "KeyError: 'model.layers.0.self_attn.q_proj.weight'"),
+    # down_proj's 512 inputs over TP 4 are 128 per GPU: fine for group 32; over TP 32 they are 16.
+    (GPTQ_CONFIG, gptq_tensors(), ["--tensor-parallel-size", "32"],
+     "The input size is not aligned with the quantized weight shape"),
+    (GPTQ_CONFIG, gptq_tensors(**gptq_layer("model.layers.0.mlp.up_proj", 516, 256)), ["--tensor-parallel-size", "2"],
+     "The output size is not aligned with the quantized weight shape"),
+    (GPTQ_CONFIG, gptq_tensors(**{"model.layers.0.mlp.down_proj.scales": ("F16", [8, 128])}), [],
+     "model.layers.0.mlp.down_proj.scales must be F16 [16, 256]"),
+    (GPTQ_CONFIG, gptq_tensors(**{"model.layers.0.mlp.down_proj.qzeros": None}), [],
+     "model.layers.0.mlp.down_proj.qzeros must be I32 [16, 32]"),
+    (GPTQ_CONFIG, {"model.embed_tokens.weight": ("F16", [64, 256])}, [], "no qweight tensor"),
+])
+def test_what_vllms_gptq_method_refuses_the_stand_in_refuses(start, tmp_path, config, tensors, args, says):
+    write_weights(tmp_path / "model", tensors)
+    server = start(config=config, args=["--quantization", "gptq"] + args, wait=False)
+    assert server.process.wait(10) == 1
+    assert says in server.log.read_text()
 
 
 # ------------------------------------------------------------------ the smoke client and module against it

@@ -18,6 +18,19 @@ Behaviour knobs (environment):
   STANDIN_VERSION=V       what /version reports and the startup log shows
   STANDIN_COMPUTE_CAPABILITY=N  the GPU it plays (default 70, a V100): an NVFP4 checkpoint needs 100
                           and is refused at start the way vLLM 0.8.5 refuses it (vllm/config.py:3803-3809)
+
+GPTQ (vLLM 0.8.5's gptq method, which runs on a V100): a checkpoint is served as GPTQ when
+--quantization gptq is given or its config.json quantization_config says quant_method gptq. Then,
+like vLLM, it refuses a --quantization gptq whose checkpoint declares another method ("Quantization
+method specified in the model config (...) does not match ...", vllm/config.py:815-820) or none
+("Cannot find the config file for gptq", model_loader/weight_utils.py get_quant_config), a config
+without bits, group_size or desc_act ("Cannot find any of [...]", GPTQConfig.from_config), a dtype
+other than float16 ("... is not supported for quantization method gptq"), a linear weight stored
+unpacked (KeyError on the checkpoint's name: the gptq model has qweight there), and a layer whose
+input is not a multiple of the group size or whose output is not a multiple of 8 ("The input/output
+size is not aligned with the quantized weight shape", gptq.py create_weights). Stricter than vLLM
+(which would load garbage without a word): only 4-bit, and every qweight needs its qzeros and scales
+with the shapes [in/group, out/8] and [in/group, out].
   STANDIN_ERROR_FORMAT=F  "flat" (default, vLLM 0.8.5) or "nested" (newer releases) error bodies
   STANDIN_TTFT_MS=MS      a stream's first token comes MS milliseconds after the request was read
                           (default 10)
@@ -51,9 +64,12 @@ Standard library only; Python 3.11 (Debian bookworm's python3).
 """
 
 import argparse
+import glob
 import json
 import os
+import re
 import signal
+import struct
 import sys
 import threading
 import time
@@ -425,6 +441,21 @@ def make_handler(args, api_key, served):
     return Handler
 
 
+def quantization_config(model_dir):
+    """config.json's quantization_config ({} when there is none or it cannot be read)."""
+    try:
+        with open(os.path.join(model_dir, "config.json")) as handle:
+            quant = json.load(handle).get("quantization_config") or {}
+    except (IOError, OSError, ValueError, AttributeError):
+        return {}
+    return quant if isinstance(quant, dict) else {}
+
+
+def quant_method(model_dir):
+    """config.json's quantization_config quant_method, lower case, or None."""
+    return str(quantization_config(model_dir).get("quant_method") or "").lower() or None
+
+
 def nvfp4_method(model_dir):
     """The NVFP4 quantization a checkpoint declares (vLLM's name for it), or None."""
     try:
@@ -447,6 +478,83 @@ def nvfp4_method(model_dir):
     return None
 
 
+# The layers vLLM splits along the input under tensor parallelism (RowParallelLinear); the others
+# (qkv, gate/up) split the output.
+ROW_PARALLEL = ("o_proj", "down_proj")
+# The longest safetensors header read (safetensors' own limit).
+MAX_HEADER = 100000000
+
+
+def safetensors_tensors(model_dir):
+    """{name: (dtype, shape)} of every *.safetensors file in model_dir (headers only)."""
+    tensors = {}
+    for path in sorted(glob.glob(os.path.join(model_dir, "*.safetensors"))):
+        with open(path, "rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            if length > MAX_HEADER:
+                raise ValueError("%s: header of %d bytes is not a safetensors header" % (path, length))
+            header = json.loads(handle.read(length).decode("utf-8"))
+        for name, info in header.items():
+            if name != "__metadata__":
+                tensors[name] = (info["dtype"], list(info["shape"]))
+    return tensors
+
+
+def gptq_refusal(model_dir, args):
+    """What vLLM 0.8.5's gptq method says about serving model_dir with these arguments (None: it
+    serves it). Only asked when --quantization gptq is given or the config declares gptq."""
+    quant = quantization_config(model_dir)
+    declared = quant_method(model_dir) or nvfp4_method(model_dir)
+    if declared and declared != "gptq":
+        return ("ValueError: Quantization method specified in the model config (%s) does not match the "
+                "quantization method specified in the `quantization` argument (gptq)." % declared)
+    if not declared:
+        return "ValueError: Cannot find the config file for gptq"
+    for key in ("bits", "group_size", "desc_act"):
+        if key not in quant:
+            return "ValueError: Cannot find any of ['%s'] in the model's quantization config." % key
+    bits, group = quant["bits"], quant["group_size"]
+    if bits not in (2, 3, 4, 8):
+        return ("ValueError: Currently, only 2/3/4/8-bit weight quantization is supported for GPTQ, but got %s "
+                "bits." % bits)
+    if bits != 4:
+        return "ERROR: the stand-in serves 4-bit GPTQ only, got %s bits" % bits
+    if args.dtype in ("bfloat16", "float", "float32"):
+        name = "float32" if args.dtype == "float" else args.dtype
+        return ("ValueError: torch.%s is not supported for quantization method gptq. Supported dtypes: "
+                "[torch.float16]" % name)
+    try:
+        tensors = safetensors_tensors(model_dir)
+    except (IOError, OSError, ValueError, KeyError, TypeError, struct.error) as exc:
+        return "ERROR: cannot read the safetensors headers: %s" % exc
+    unpacked = sorted(n for n, (dtype, shape) in tensors.items()
+                      if re.search(r"_proj\.weight$", n) and len(shape) == 2)
+    if unpacked:
+        return "KeyError: '%s'" % unpacked[0]
+    layers = sorted(n[:-len(".qweight")] for n in tensors if n.endswith(".qweight"))
+    if not layers:
+        return "ERROR: no qweight tensor: not a GPTQ checkpoint"
+    tp = args.tensor_parallel_size
+    for layer in layers:
+        qweight = tensors[layer + ".qweight"]
+        if qweight[0] != "I32" or len(qweight[1]) != 2:
+            return "ERROR: %s.qweight must be int32 [in/8, out], got %s %s" % (layer, qweight[0], qweight[1])
+        inputs, outputs = qweight[1][0] * 8, qweight[1][1]
+        row = layer.rsplit(".", 1)[-1] in ROW_PARALLEL
+        if (inputs // tp if row else inputs) % group:
+            return ("ValueError: The input size is not aligned with the quantized weight shape. This can be caused "
+                    "by too large tensor parallel size.")
+        if (outputs if row else outputs // tp) % 8:
+            return ("ValueError: The output size is not aligned with the quantized weight shape. This can be caused "
+                    "by too large tensor parallel size.")
+        groups = -(-inputs // group)
+        for part, dtype, shape in (("qzeros", "I32", [groups, outputs // 8]), ("scales", "F16", [groups, outputs])):
+            if tensors.get("%s.%s" % (layer, part)) != (dtype, shape):
+                return ("ERROR: %s.%s must be %s %s, got %s (vLLM would load garbage)"
+                        % (layer, part, dtype, shape, tensors.get("%s.%s" % (layer, part))))
+    return None
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)  # exits 2 on an unknown flag, like vLLM
     if args.model.startswith("/") and not os.path.isfile(os.path.join(args.model, "config.json")):
@@ -454,7 +562,14 @@ def main(argv=None):
         return 1
     capability = int(os.environ.get("STANDIN_COMPUTE_CAPABILITY", "70") or 70)
     method = nvfp4_method(args.model) if args.model.startswith("/") else None
-    if method and capability < 100:
+    gptq = args.model.startswith("/") and (args.quantization == "gptq" or quant_method(args.model) == "gptq")
+    if gptq:
+        refusal = gptq_refusal(args.model, args)
+        if refusal:
+            log("ERROR: %s" % refusal)
+            return 1
+        log("Loading the GPTQ checkpoint %s with the gptq method (exllama kernels)" % args.model)
+    elif method and capability < 100:
         log("ERROR: ValueError: The quantization method %s is not supported for the current GPU. Minimum "
             "capability: 100. Current capability: %d." % (method, capability))
         return 1
