@@ -142,11 +142,23 @@ class PlaybookRun:
         assert found, "no task named %r ran; tasks: %s" % (task_name, self.task_names())
         return found
 
+    def changed_tasks(self, skip_plays=()):
+        """[(play, task, host)] of every task result that changed, outside the plays named in ``skip_plays``."""
+        found = []
+        for play in (self.data or {}).get("plays", []):
+            if play["play"]["name"] in skip_plays:
+                continue
+            for task in play.get("tasks", []):
+                for host, result in task["hosts"].items():
+                    if result.get("changed"):
+                        found.append((play["play"]["name"], task["task"]["name"], host))
+        return found
+
     def task_names(self):
         return [task["task"]["name"] for play in (self.data or {}).get("plays", []) for task in play.get("tasks", [])]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def run_playbook(inventory_file):
     """Run a playbook of the scenario against its inventory; returns a PlaybookRun.
 

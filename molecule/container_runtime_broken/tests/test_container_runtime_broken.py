@@ -5,9 +5,11 @@ with run_playbook; the converge ran them first): a daemon.json that is not valid
 the preflight, naming the file and the parser's error) and a repository key whose fingerprint is
 not the expected one (both fingerprints shown, repository not added). Then the host's state: the
 broken file byte for byte as seeded with no backup beside it, neither Docker nor the toolkit
-installed, no apt source, keyring or other daemon.json written.
+installed, no apt source, keyring or other daemon.json written. Last, playbooks/doctor.yml on the
+host names the cause (the file, Docker, the toolkit) and the fix, changing nothing.
 """
 
+import json
 import os
 import re
 
@@ -62,3 +64,30 @@ def test_nothing_written_after_the_refused_key(host):
     """No apt source, keyring or daemon.json at the other path: the role stopped at the key."""
     written = [path for path in NOT_WRITTEN if host.file(path).exists]
     assert written == [], written
+
+
+def test_the_doctor_names_the_broken_runtime_and_its_fix(host, hostvars, run_playbook, project_dir, ephemeral_dir):
+    """playbooks/doctor.yml on this host (in check mode): GPUs cannot reach a container, because
+    daemon.json does not parse (dockerd would not start with it) and neither Docker nor the toolkit is
+    installed; the fix says how to repair the file and what to install. Nothing changes."""
+    report_dir = os.path.join(ephemeral_dir, "reports-doctor")
+    run = run_playbook(os.path.join(project_dir, "playbooks", "doctor.yml"),
+                       extra_vars={"fleet_report_dir": report_dir}, check=True)
+    assert run.returncode == 0, "doctor.yml failed:\n%s\n%s" % (run.stdout[-6000:], run.stderr[-3000:])
+    # Nothing changed on the host; the report play writes files on the controller only.
+    assert run.changed_tasks(skip_plays=["Add the doctor section to the fleet report"]) == []
+    with open(os.path.join(report_dir, "fleet-report.json"), encoding="utf-8") as handle:
+        doctor = json.load(handle)["doctor"]
+    entry = [h for h in doctor["hosts"] if h["host"] == host.backend.get_hostname()][0]
+    gpu = entry["instances"][0]["findings"][0]
+    assert entry["status"] == "problem" and (gpu["check"], gpu["status"]) == ("gpu_in_container", "problem"), gpu
+    assert gpu["cause"].startswith("/etc/docker/daemon.json is not valid JSON: "), gpu["cause"]
+    assert "line 5 column 1" in gpu["cause"] and "so dockerd will not start with it" in gpu["cause"]
+    assert "Docker is not installed" in gpu["cause"]
+    assert "the NVIDIA Container Toolkit is not installed" in gpu["cause"]
+    assert gpu["fix"].startswith("1) repair /etc/docker/daemon.json (keep its keys)"), gpu["fix"]
+    assert "labfleet.vllm.container_runtime role" in gpu["fix"] and "nvidia-ctk runtime configure" in gpu["fix"]
+    with open(os.path.join(report_dir, "fleet-report.md"), encoding="utf-8") as handle:
+        assert "| gpu_in_container | **problem** | /etc/docker/daemon.json is not valid JSON" in handle.read()
+    # The diagnosis read the file and left it as it was.
+    assert host.file("/etc/docker/daemon.json").content == hostvars["labfleet_test_daemon_json"].encode("utf-8")
