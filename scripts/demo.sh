@@ -9,7 +9,10 @@
 # systemd containers with FAKE GPUs (test fixtures from tests/), writes inventories/sandbox/,
 # prepares the hosts (tests/sandbox/prepare.yml), then runs the real product command
 #   ansible-playbook site.yml -i inventories/sandbox
-# calls the served API once per deployed host and checks each host's outcome in the report.
+# calls the served API once per deployed host and checks each host's outcome in the report; then
+# runs the read-only playbooks on the lab it left: playbooks/doctor.yml (a verdict and the fix per
+# check, per host) and playbooks/benchmark.yml (baseline or A/B, a chart per serving host), and
+# checks that the report links each chart.
 # Everything it starts carries the label org.labfleet.demo=1. A second `up` reuses the
 # containers, the image and the tarball.
 set -euo pipefail
@@ -61,8 +64,19 @@ up() {
   log "outcome per host (expected: ${inventory}/hosts.yml, found: reports/fleet-report.json)"
   check_outcomes || rc=1
 
+  mkdir -p .cache/sandbox
+  log "ansible-playbook playbooks/doctor.yml -i ${inventory} --check (read-only diagnosis)"
+  ansible-playbook playbooks/doctor.yml -i "${inventory}" --check >.cache/sandbox/doctor.log 2>&1 \
+    || { tail -n 40 .cache/sandbox/doctor.log; rc=1; }
+  report_doctor || rc=1
+
+  log "ansible-playbook playbooks/benchmark.yml -i ${inventory} (streamed load; the first run is the baseline)"
+  ansible-playbook playbooks/benchmark.yml -i "${inventory}" >.cache/sandbox/benchmark.log 2>&1 \
+    || { tail -n 40 .cache/sandbox/benchmark.log; rc=1; }
+  check_charts || rc=1
+
   log "the fleet report"
-  for f in reports/fleet-report.md reports/fleet-report.html; do
+  for f in reports/fleet-report.md reports/fleet-report.html reports/benchmarks/*.png; do
     [ -f "${f}" ] && echo "  ${root}/${f}"
   done
   local outcome="done"
@@ -117,6 +131,47 @@ for host, want in expect.items():
     ok &= good
     print("  %-12s %-8s %-10s %-48s %s" % (host, got.get("verdict", "missing"), outcome, ", ".join(found) or "-",
                                            "as expected" if good else "EXPECTED " + want))
+sys.exit(0 if ok else 1)
+EOF
+}
+
+# Each host's doctor status and its first problem, from the report's doctor section.
+report_doctor() {
+  python3 - reports/fleet-report.json <<'EOF'
+import json, sys
+doctor = json.load(open(sys.argv[1])).get("doctor")
+if not doctor:
+    print("  the report has no doctor section")
+    sys.exit(1)
+for entry in doctor["hosts"]:
+    problems = [f for i in entry["instances"] for f in i["findings"] if f["status"] == "problem"]
+    said = ("; first problem: %s: %s" % (problems[0]["check"], problems[0]["cause"][:150])) if problems else ""
+    print("  %-12s %s%s" % (entry["host"], entry["status"], said))
+EOF
+}
+
+# Every serving host was measured, its chart is a PNG, and the report links it.
+check_charts() {
+  python3 - reports <<'EOF'
+import json, os, sys
+folder = sys.argv[1]
+doc = json.load(open(os.path.join(folder, "fleet-report.json")))
+markdown = open(os.path.join(folder, "fleet-report.md")).read()
+serving = [h["host"] for h in doc["hosts"] if h["outcome"] in ("deployed", "serving")]
+bench = dict((h["host"], h) for h in (doc.get("benchmark") or {}).get("hosts", []))
+ok = bool(serving)
+for host in serving:
+    entry = bench.get(host) or {}
+    chart = entry.get("chart")
+    path = os.path.join(folder, chart) if chart else None
+    png = bool(path) and os.path.isfile(path) and open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    linked = bool(chart) and ("](%s)" % chart) in markdown
+    levels = [lv for i in entry.get("instances", []) if i.get("benchmark") for lv in i["benchmark"]["levels"]]
+    good = png and linked and levels
+    ok &= bool(good)
+    figures = ", ".join("c%d %.0f tok/s" % (lv["concurrency"], lv["aggregate_tok_s"]["level"] or 0) for lv in levels)
+    print("  %-12s chart %s (%s), %s" % (host, path if png else "MISSING", "linked" if linked else "NOT LINKED",
+                                         figures or "not measured"))
 sys.exit(0 if ok else 1)
 EOF
 }
