@@ -31,7 +31,8 @@ options:
         C(nvidia_driver_result) or null; C(runtime) its C(container_runtime_info) or null; C(server) its
         C(vllm_server_result) or null; C(rollout) its C(labfleet_rollout) (C(state) V(ok), V(failed) or
         V(not_reached), C(step), C(msg), C(batch), C(task)) or null; C(reachable) whether the host was still in the play
-        that writes the report (default V(true)); C(doctor) its C(doctor_result) (C(labfleet.vllm.doctor) role) and
+        that writes the report (default V(true)); C(exporter) its C(dcgm_exporter_result) (C(labfleet.vllm.dcgm_exporter)
+        role), a scrape target when it runs; C(doctor) its C(doctor_result) (C(labfleet.vllm.doctor) role) and
         C(benchmark) its C(benchmark_result) (C(playbooks/benchmark.yml)), optional, each one section of the report.
     type: list
     elements: dict

@@ -68,14 +68,48 @@ def _valid_port(port):
     return value
 
 
+# The exporter's name in the targets (its unit and container are called so).
+DCGM_INSTANCE = "dcgm-exporter"
+
+
+def _mapping(value):
+    return value if isinstance(value, dict) else {}
+
+
+def target_or_skip(groups, skipped, host, name, port, bind, addresses, labels, expose_fix):
+    """Add one scrape target group for ``name`` on ``host`` (published on ``bind``:``port``) to
+    ``groups``, or a {host, instance, reason, fix} entry to ``skipped`` when Prometheus cannot reach it."""
+    port_value = _valid_port(port)
+    if port_value is None:
+        skipped.append({"host": host, "instance": name, "reason": "no valid port was recorded (%r)" % (port,),
+                        "fix": "re-run the rollout with this collection's version, which records the port"})
+        return
+    if bind is None:
+        skipped.append({"host": host, "instance": name,
+                        "reason": "the published address was not recorded (a rollout by an older release)",
+                        "fix": "re-run site.yml; the role records the address it publishes on"})
+        return
+    if is_loopback(bind):
+        skipped.append({"host": host, "instance": name,
+                        "reason": "published on %s only, so /metrics is reachable from the host itself and nowhere else" % bind,
+                        "fix": "scrape it with an agent on the host (target %s), or publish it on another address (%s)"
+                               % (target(bind, port_value), expose_fix)})
+        return
+    address = (addresses.get(host) or host) if is_any_address(bind) else bind
+    merged = {"labfleet_host": host, "labfleet_instance": name}
+    merged.update(labels)
+    groups.append({"targets": [target(address, port_value)], "labels": merged})
+
+
 def scrape_targets(entries, addresses=None):
     """The fleet's scrape targets from the report's host entries.
 
     ``addresses`` maps a host name to the address Prometheus reaches it at (ansible_host); it is
     used when an instance is published on every address (0.0.0.0). Returns a dict:
-    ``file_sd``: the list Prometheus' file_sd_configs reads, one group per instance, labelled with
-    the host, the instance and the served image digest; ``skipped``: one entry per serving instance
-    that cannot be a target (host, instance, reason, fix).
+    ``file_sd``: the list Prometheus' file_sd_configs reads, one group per vLLM instance, labelled with
+    the host, the instance and the served image digest, and one per running dcgm-exporter (instance
+    dcgm-exporter, label labfleet_exporter=dcgm); ``skipped``: one entry per such target that cannot
+    be scraped (host, instance, reason, fix).
     """
     addresses = addresses if isinstance(addresses, dict) else {}
     groups = []
@@ -83,38 +117,17 @@ def scrape_targets(entries, addresses=None):
     for entry in entries or []:
         if not isinstance(entry, dict) or entry.get("outcome") not in SERVING_OUTCOMES:
             continue
-        serving = entry.get("serving") if isinstance(entry.get("serving"), dict) else {}
+        serving = _mapping(entry.get("serving"))
         host = str(entry.get("host"))
         for inst in serving.get("instances") or []:
             if not isinstance(inst, dict) or inst.get("status") not in SERVING_STATUSES:
                 continue
-            name = str(inst.get("name"))
-            port = _valid_port(inst.get("port"))
-            bind = inst.get("bind_address")
-            if port is None:
-                skipped.append({"host": host, "instance": name, "reason": "the instance has no valid port (%r)" % (inst.get("port"),),
-                                "fix": "re-run the rollout with this collection's version, which records the port"})
-                continue
-            if bind is None:
-                skipped.append({"host": host, "instance": name,
-                                "reason": "the instance's published address was not recorded (a rollout by an older release)",
-                                "fix": "re-run site.yml; the vllm_server role records the address it publishes on"})
-                continue
-            if is_loopback(bind):
-                skipped.append({"host": host, "instance": name,
-                                "reason": "published on %s only, so /metrics is reachable from the host itself and nowhere else" % bind,
-                                "fix": "scrape it with an agent on the host (target %s), or publish it on another address "
-                                       "(vllm_server_bind_address with vllm_server_expose: true)" % target(bind, port)})
-                continue
-            address = bind
-            if is_any_address(bind):
-                address = addresses.get(host) or host
-            groups.append({
-                "targets": [target(address, port)],
-                "labels": {
-                    "labfleet_host": host,
-                    "labfleet_instance": name,
-                    "labfleet_image_digest": str(serving.get("image_digest") or ""),
-                },
-            })
+            target_or_skip(groups, skipped, host, str(inst.get("name")), inst.get("port"), inst.get("bind_address"),
+                           addresses, {"labfleet_image_digest": str(serving.get("image_digest") or "")},
+                           "vllm_server_bind_address with vllm_server_expose: true")
+        exporter = _mapping(_mapping(entry.get("rollout")).get("exporter"))
+        if exporter.get("enabled") is True and exporter.get("status") == "running":
+            target_or_skip(groups, skipped, host, DCGM_INSTANCE, exporter.get("port"), exporter.get("bind_address"),
+                           addresses, {"labfleet_exporter": "dcgm"},
+                           "dcgm_exporter_bind_address with dcgm_exporter_expose: true")
     return {"file_sd": groups, "skipped": skipped}

@@ -350,6 +350,7 @@ def host_entry(record, mode="rollout"):
             "driver": _mapping(record.get("driver")),
             "runtime": _mapping(record.get("runtime")),
             "server": _mapping(record.get("server")),
+            "exporter": _mapping(record.get("exporter")),
         },
         "rollout_status": _mapping(record.get("rollout")),
         "serving": extra["serving"],

@@ -152,3 +152,15 @@ def test_html_sections_escape_host_values_and_link_the_chart_relatively():
     # A chart name from a host is URL-encoded and escaped: no way out of the attribute.
     odd = fleet_report(records(gpu01={"benchmark": benchmark(chart='b/"x y.png')}), "preflight")
     assert '<img src="b/%22x%20y.png"' in TF.render("fleet-report.html.j2", odd)
+
+
+def test_the_gpu_metrics_exporter_is_shown_and_listed_as_a_target():
+    exporter = {"enabled": True, "status": "running", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04",
+                "image_id": "sha256:1", "bind_address": "10.0.0.5", "port": 9400, "metrics": 40}
+    server = {"status": "deployed", "image_digest": "sha256:abc", "instances": []}
+    doc = fleet_report([dict(records()[0], server=server, exporter=exporter)], "rollout")
+    markdown = TF.render("fleet-report.md.j2", doc)
+    assert ("- GPU metrics exporter: running (nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04), /metrics on "
+            "10.0.0.5:9400") in markdown
+    assert "- gpu01 / dcgm-exporter: 10.0.0.5:9400" in markdown
+    assert "<li>GPU metrics exporter: running" in TF.render("fleet-report.html.j2", doc)

@@ -120,3 +120,40 @@ def test_hosts_in_report_order():
 def test_direct_call_tolerates_garbage():
     assert M.scrape_targets(None) == {"file_sd": [], "skipped": []}
     assert M.scrape_targets([None, "x", {"outcome": "deployed", "serving": "nope"}]) == {"file_sd": [], "skipped": []}
+
+
+def test_a_specific_address_wins_over_the_hosts_ansible_host():
+    st = targets([record(srv=server(instance(bind="10.0.0.5")), address="gpu01.lab.example")])
+    assert st["file_sd"][0]["targets"] == ["10.0.0.5:8000"]
+
+
+def exporter_record(exporter, srv=None):
+    rec = record(srv=srv or server(instance()), address="gpu01.lab.example")
+    rec["exporter"] = exporter
+    return rec
+
+
+def test_a_running_dcgm_exporter_is_a_target_of_its_own():
+    running = {"enabled": True, "status": "running", "bind_address": "0.0.0.0", "port": 9400,
+               "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"}
+    st = targets([exporter_record(running)])
+    assert st["file_sd"][1] == {"targets": ["gpu01.lab.example:9400"],
+                                "labels": {"labfleet_host": "gpu01", "labfleet_instance": "dcgm-exporter",
+                                           "labfleet_exporter": "dcgm"}}
+    # On loopback (the role's default) it is skipped with the fix that names the role's variables.
+    st = targets([exporter_record(dict(running, bind_address="127.0.0.1"))])
+    assert [g["labels"]["labfleet_instance"] for g in st["file_sd"]] == ["vllm"]
+    assert st["skipped"][0]["instance"] == "dcgm-exporter"
+    assert "dcgm_exporter_bind_address with dcgm_exporter_expose: true" in st["skipped"][0]["fix"]
+    assert "target 127.0.0.1:9400" in st["skipped"][0]["fix"]
+
+
+@pytest.mark.parametrize("exporter", [
+    {"enabled": False, "status": "disabled"},
+    {"enabled": True, "status": "check_mode", "bind_address": "0.0.0.0", "port": 9400},
+    None,
+    "running",
+])
+def test_an_exporter_that_does_not_run_is_no_target(exporter):
+    st = targets([exporter_record(exporter)])
+    assert [g["labels"]["labfleet_instance"] for g in st["file_sd"]] == ["vllm"] and st["skipped"] == []
