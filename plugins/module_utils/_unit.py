@@ -224,8 +224,8 @@ def problems(values):
     for key in ("cache_dir", "config_dir", "state_dir"):
         _path("vllm_server_%s" % key, values.get(key), out)
     _path("preflight_deployment.model_path", values.get("model_path"), out)
-    _path("the plan's serving model path (preflight_deployment.fp16_model_path)", values.get("serving_model_path"),
-          out, empty_ok=True)
+    _path("the plan's serving model path (preflight_deployment.fp16_model_path or gptq_model_path)",
+          values.get("serving_model_path"), out, empty_ok=True)
     image = values.get("image")
     if _one_line("preflight_deployment.image", image, out) and image and not _IMAGE_RE.match(u"%s" % image):
         out.append("preflight_deployment.image must be repository[:tag] in lower case (letters, digits, . _ / : -), "

@@ -246,7 +246,7 @@ def test_any_args_env_and_argv_give_problems_never_an_exception(args, env, argv,
 HOSTILE_TEMPLATE = "{% for m in messages %}{{ m['role'] }}: \"$HOME\"; 100% 'x' \\ {% endfor %}"
 
 
-def render_unit(tmp_path, argv, docker_args=(), bind="127.0.0.1"):
+def render_unit(tmp_path, argv, docker_args=(), bind="127.0.0.1", **extra):
     docker = tmp_path / "docker"
     docker.write_text("#!/bin/sh\nexit 0\n")
     docker.chmod(0o755)
@@ -259,6 +259,7 @@ def render_unit(tmp_path, argv, docker_args=(), bind="127.0.0.1"):
         "__vllm_server_image_ref": "vllm/vllm-openai:v0.8.5", "__vllm_server_image_digest": "sha256:" + "a" * 64,
         "__vllm_server_serving_model_path": "/srv/models/quasar", "__vllm_server_model_path": "/srv/models/quasar",
         "__vllm_server_model_fingerprint": "config.json sha256 " + "b" * 64, "__vllm_server_fallback": False,
+        "__vllm_server_repack": False, "__vllm_server_repack_plan": {},
         "__vllm_server_i_env_path": "/etc/vllm/vllm.env", "__vllm_server_image_id": "sha256:" + "c" * 64,
         "__vllm_server_pull_ref": "vllm/vllm-openai:v0.8.5", "vllm_server_docker_bin": str(docker),
         "vllm_server_start_limit_interval_sec": 600, "vllm_server_start_limit_burst": 5,
@@ -267,6 +268,7 @@ def render_unit(tmp_path, argv, docker_args=(), bind="127.0.0.1"):
         "vllm_server_cap_drop": ["ALL"], "vllm_server_cache_dir": "/var/cache/vllm",
         "vllm_server_docker_args": list(docker_args),
     }
+    context.update(extra)
     unit = tmp_path / "vllm.service"
     unit.write_text(env.get_template("vllm.service.j2").render(**context))
     return unit
@@ -293,6 +295,18 @@ def test_the_unit_with_quotes_percent_dollar_and_semicolons_passes_systemd_analy
     assert "100%%" in text and "$$HOME" in text and "tok%%i$$USER" in text
     assert "--security-opt no-new-privileges" in text and "--cap-drop ALL" in text
     assert "-p 127.0.0.1:8000:8000" in text
+
+
+def test_the_units_comment_says_the_serving_path(tmp_path):
+    argv = ["--tensor-parallel-size", "2", "--dtype", "float16", "--quantization", "gptq"]
+    text = render_unit(tmp_path, argv, __vllm_server_repack=True, __vllm_server_repack_plan={"group_size": 64},
+                       __vllm_server_serving_model_path="/srv/models/quasar-gptq64").read_text()
+    assert ("# serving path: gptq_repack, the GPTQ int4 copy (group size 64, --quantization gptq) of the NVFP4 "
+            "checkpoint /srv/models/quasar") in text
+    assert "-v /srv/models/quasar-gptq64:/model:ro" in text and "--quantization gptq" in text
+    fp16 = render_unit(tmp_path, ["--dtype", "float16"], __vllm_server_fallback=True).read_text()
+    assert "# serving path: fp16_fallback, the FP16 copy of the NVFP4 checkpoint /srv/models/quasar" in fp16
+    assert "serving path" not in render_unit(tmp_path, ["--dtype", "float16"]).read_text()
 
 
 def test_an_ipv6_bind_address_is_bracketed(tmp_path):
