@@ -90,3 +90,22 @@ def test_no_change_left_half_done(host):
     assert not pending.exists and not pending.is_symlink, "%s is still there" % pending.path
     anchors = host.check_output("docker ps --all --quiet --filter %s", "label=org.labfleet.vllm.rollback-anchor")
     assert anchors == "", "rollback anchor containers left: %s" % anchors
+
+
+def test_the_gpu_metrics_exporter_runs_on_the_hosts_address(host, http, managed_file):
+    """dcgm_exporter (opted in): its unit active, the container from the loaded image with --gpus, and
+    /metrics on the host's address answering DCGM's fields for both fake GPUs (the fake toolkit's hook
+    mounted their answers into the container); nothing listens on loopback only."""
+    unit = managed_file("/etc/systemd/system/dcgm-exporter.service")
+    assert "--gpus all" in unit and "--security-opt no-new-privileges" in unit and "Restart=always" in unit
+    assert host.service("dcgm-exporter").is_running and host.service("dcgm-exporter").is_enabled
+    image = host.check_output("docker image inspect --format %s %s", "{{.Id}}", "labfleet/fake-dcgm-exporter:1")
+    assert host.check_output("docker inspect --format %s %s", "{{.Image}}", "dcgm-exporter") == image
+    assert image in unit, "the unit does not run the image by its ID"
+    address = host.ansible("ansible.builtin.setup", "gather_subset=network")["ansible_facts"]["ansible_default_ipv4"]["address"]
+    assert host.socket("tcp://%s:9400" % address).is_listening
+    status, headers, body = http("http://%s:9400/metrics" % address)
+    assert status == 200 and headers["content-type"].startswith("text/plain"), (status, headers)
+    gpus = json.loads(host.file("/etc/labfleet-fake-gpu/gpus.json").content_string)
+    samples = [line for line in body.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{")]
+    assert len(samples) == 2 and all(any(g["uuid"] in s for s in samples) for g in gpus), samples

@@ -122,16 +122,24 @@ def test_report_counts_and_spells_out_the_outcomes(report):
 
 
 def test_scrape_targets_follow_what_serves(ephemeral_dir, report):
-    """Prometheus targets: both allowed hosts while they served (published on their own address);
-    none after the failing rollout (canary rolled back, second not reached), as the report says."""
+    """Prometheus targets: both allowed hosts' vLLM and GPU metrics exporter while they served (published
+    on their own address); none after the failing rollout (canary rolled back, second not reached)."""
     with open(os.path.join(ephemeral_dir, "targets-before.json"), encoding="utf-8") as handle:
         before = json.load(handle)
-    assert sorted(g["labels"]["labfleet_host"] for g in before) == [CANARY, SECOND], before
-    for group in before:
-        assert group["labels"]["labfleet_instance"] == "vllm", group
+    vllm = [g for g in before if g["labels"]["labfleet_instance"] == "vllm"]
+    dcgm = [g for g in before if g["labels"]["labfleet_instance"] == "dcgm-exporter"]
+    assert len(vllm) + len(dcgm) == len(before), before
+    assert sorted(g["labels"]["labfleet_host"] for g in vllm) == [CANARY, SECOND], before
+    for group in vllm:
         assert group["labels"]["labfleet_image_digest"].startswith("sha256:"), group
         assert len(group["targets"]) == 1 and re.fullmatch(r"(\d{1,3}\.){3}\d{1,3}:8000", group["targets"][0]), group
         assert not group["targets"][0].startswith("127."), group
+    # The GPU metrics exporter of each allowed host, on the same address, port 9400.
+    assert sorted(g["labels"]["labfleet_host"] for g in dcgm) == [CANARY, SECOND], before
+    for group in dcgm:
+        assert group["labels"]["labfleet_exporter"] == "dcgm", group
+        address = [g for g in vllm if g["labels"]["labfleet_host"] == group["labels"]["labfleet_host"]][0]["targets"][0]
+        assert group["targets"] == [address.rsplit(":", 1)[0] + ":9400"], group
     with open(os.path.join(ephemeral_dir, "reports", "prometheus-targets.json"), encoding="utf-8") as handle:
         after = json.load(handle)
     assert after == [] == report[0]["scrape_targets"]["file_sd"], after

@@ -5,7 +5,8 @@
 #   tests/images/openai-standin/build.sh OUTDIR [TAG...]
 #
 # Tags: 1 (healthy), 2 (healthy, a newer version), 2-notokens (answers /health and /v1/models, completions carry no tokens),
-# 2-exits (exits 0 three seconds into a 30-second "model load", before it listens). Default: all of them.
+# 2-exits (exits 0 three seconds into a 30-second "model load", before it listens); dcgm-exporter builds
+# the fake dcgm-exporter instead (labfleet/fake-dcgm-exporter:1, fake-dcgm-exporter-1.tar). Default: 1 2-notokens 2-exits.
 # A tarball is rewritten only when the image changed; prints one line per tag:
 #   "<tag> <image id> <tarball> built|unchanged".
 # Molecule scenarios that run side by side call this at the same time with the same OUTDIR: one
@@ -22,17 +23,20 @@ exec 9>"${out}/.build.lock"
 flock 9
 
 for tag in "${tags[@]}"; do
+  context="${here}" image="labfleet/openai-standin:${tag}" tarball="${out}/openai-standin-${tag}.tar"
   case "${tag}" in
+    # Not an OpenAI stand-in: the fake dcgm-exporter (tests/images/fake-dcgm-exporter), built the same way.
+    dcgm-exporter)
+      args=() context="${here}/../fake-dcgm-exporter" image="labfleet/fake-dcgm-exporter:1"
+      tarball="${out}/fake-dcgm-exporter-1.tar" ;;
     1) args=(--build-arg STANDIN_VERSION=1) ;;
     2) args=(--build-arg STANDIN_VERSION=2) ;;
     2-notokens) args=(--build-arg STANDIN_VERSION=2 --build-arg STANDIN_NO_TOKENS=1) ;;
     2-exits) args=(--build-arg STANDIN_VERSION=2 --build-arg STANDIN_START_DELAY=30 --build-arg STANDIN_EXIT_AFTER=3) ;;
     *) echo "build.sh: unknown tag ${tag}" >&2; exit 2 ;;
   esac
-  image="labfleet/openai-standin:${tag}"
-  docker build -q --build-arg BASE_IMAGE="${base}" "${args[@]}" -t "${image}" "${here}" >/dev/null
+  docker build -q --build-arg BASE_IMAGE="${base}" "${args[@]}" -t "${image}" "${context}" >/dev/null
   id=$(docker image inspect --format '{{.Id}}' "${image}")
-  tarball="${out}/openai-standin-${tag}.tar"
   if [ -f "${tarball}" ] && [ "$(cat "${tarball}.id" 2>/dev/null)" = "${id}" ]; then
     echo "${tag} ${id} ${tarball} unchanged"
     continue
