@@ -296,7 +296,7 @@ def test_entry_keeps_the_preflight_fields_and_adds_the_outcome():
         assert entry[key] == value
     assert entry["outcome"] == "deployed"
     assert entry["outcome_detail"].endswith(".")
-    assert entry["rollout"] == {"driver": {"status": "ok"}, "runtime": None, "server": DEPLOYED}
+    assert entry["rollout"] == {"driver": {"status": "ok"}, "runtime": None, "server": DEPLOYED, "exporter": None}
     assert entry["rollout_status"] is None
     assert entry["reachable"] is True
     assert entry["failure"] is None
@@ -337,7 +337,7 @@ def test_preflight_only_report():
                          mode="preflight")
     assert doc["mode"] == "preflight"
     assert doc["summary"]["by_outcome"] == {"planned": 1, "refused": 1}
-    assert doc["hosts"][0]["rollout"] == {"driver": None, "runtime": None, "server": None}
+    assert doc["hosts"][0]["rollout"] == {"driver": None, "runtime": None, "server": None, "exporter": None}
 
 
 def test_empty_and_bad_input():
