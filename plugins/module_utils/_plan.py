@@ -38,8 +38,6 @@ from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import (
     BITS as GPTQ_BITS,
     EXPECTED_ERROR as GPTQ_EXPECTED_ERROR,
     GROUP_SIZES as GPTQ_GROUP_SIZES,
-    # labfleet.vllm.nvfp4_repack's manifest in a finished GPTQ copy.
-    MANIFEST_FILE as GPTQ_COPY_MANIFEST,
     repacked_tensor_bytes,
 )
 from ansible_collections.labfleet.vllm.plugins.module_utils._host import require_cuda_enforcement

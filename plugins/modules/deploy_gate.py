@@ -562,10 +562,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError
 from ansible_collections.labfleet.vllm.plugins.module_utils._host import nearest_existing
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import has_control_chars
-from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import GROUP_SIZES
+# labfleet.vllm.nvfp4_repack's manifest in a finished GPTQ copy.
+from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import GROUP_SIZES, MANIFEST_FILE as GPTQ_COPY_MANIFEST
 from ansible_collections.labfleet.vllm.plugins.module_utils._plan import (
     FP16_COPY_MANIFEST,
-    GPTQ_COPY_MANIFEST,
     fp16_copy_path,
     gptq_copy_path,
     plan,

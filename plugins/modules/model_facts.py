@@ -238,10 +238,10 @@ model:
       type: int
     nvfp4_linear_shapes:
       description:
-        - The NVFP4 linear weights of an NVFP4 checkpoint, counted per shape (C(out_features),
+        - "The NVFP4 linear weights of an NVFP4 checkpoint, counted per shape (C(out_features),
           C(in_features), C(count)): a packed uint8 C(weight) (ModelOpt) or C(weight_packed)
           (compressed-tensors) [out, in/2] with its float8_e4m3 block scale [out, in/16]. Null for
-          other checkpoints.
+          other checkpoints."
         - The deployment gate sizes the GPTQ int4 copy (serving path V(gptq_repack)) from it.
       type: list
       elements: dict
