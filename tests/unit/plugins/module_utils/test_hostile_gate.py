@@ -267,6 +267,8 @@ def test_request_strings_with_control_characters_are_refused(key, char):
 
 def test_fp16_model_path_and_instance_name_with_control_characters_are_refused():
     refused(run, "request.fp16_model_path", req=request(fp16_model_path="/srv/models/x\x7f"))
+    refused(run, "request.gptq_model_path", req=request(gptq_model_path="/srv/models/x\x00"))
+    refused(run, "request.gptq_group_size", req=request(gptq_group_size="3\u0662"))
     refused(run, "request.instances[0].name", req=request(instances=[{"name": "vllm\n", "gpus": "all"}]))
 
 
@@ -368,7 +370,7 @@ _request = _changes(request(), {
     "vllm_args": st.builds(lambda extra: dict(ARGS, **extra), _args), "enforce_eager": _scalar,
     "extra_args": st.lists(st.one_of(_text, _number), max_size=3),
     "instances": st.lists(_instance, min_size=1, max_size=2), "driver": _driver, "serving_path": _text,
-    "fp16_model_path": _text})
+    "fp16_model_path": _text, "gptq_model_path": _text, "gptq_group_size": st.one_of(_text, _number, _scalar)})
 _host = _changes({"docker_server_version": "26.1.5", "nvidia_ctk_version": "1.17.8"},
                  {"docker_server_version": _text, "nvidia_ctk_version": _text}, max_size=1)
 # Mostly the reference values, sometimes hostile ones.
