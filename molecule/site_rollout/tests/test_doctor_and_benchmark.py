@@ -139,7 +139,8 @@ def test_benchmark_saves_a_baseline_then_compares_with_it(bench_runs, ops_dirs, 
         assert all(lv["failed"] == 0 and lv["requests"] == 2 * lv["concurrency"] for lv in latest["levels"])
         assert latest["measured_at"] >= baseline["measured_at"]
         assert len(os.listdir(os.path.join(folder, "history"))) >= 1
-        assert latest["image_digest"].startswith("sha256:") and "--served-model-name" in latest["flags"]
+        # The deployed flags, read from the running container (names without dashes).
+        assert latest["image_digest"].startswith("sha256:") and latest["flags"]["served-model-name"] == "quasar"
     doc, _markdown = _report(ops_dirs[0], secret_canaries)
     canary = [h for h in doc["benchmark"]["hosts"] if h["host"] == CANARY][0]
     inst = canary["instances"][0]
