@@ -13,7 +13,7 @@ export MOLECULE_GLOB := molecule/*/molecule.yml
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity ee unit integration molecule standin-images build clean demo demo-clean demo-screenshot bench bench-compat check-real-vllm
+.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity ee unit integration molecule standin-images build clean demo demo-clean demo-screenshot bench bench-compat bench-repack bench-gptq-compat check-real-vllm
 
 help:
 	@echo "make test       lint + unit + molecule (the whole suite; what CI runs)"
@@ -28,6 +28,8 @@ help:
 	@echo "make demo-clean remove the sandbox lab's containers, volumes, network and inventory"
 	@echo "make bench      NVFP4->FP16 dequantizer benchmark vs a torch reference (SIZE_GB=2; own venv .cache/bench-venv)"
 	@echo "make bench-compat  our NVFP4 converter vs compressed-tensors' own decompression (pinned; in .cache/bench-venv)"
+	@echo "make bench-repack  NVFP4->GPTQ int4 repacker: error table, bits/weight, size, throughput (REPACK_SIZE_GB=0.25; numpy in .venv)"
+	@echo "make bench-gptq-compat  our GPTQ dequantization vs GPTQModel's CPU torch kernel, bit for bit (pinned; in .cache/gptq-venv)"
 	@echo "make demo-screenshot  docs/images/fleet-report.png from reports/fleet-report.html (headless chromium)"
 	@echo "make check-real-vllm  smoke test + benchmark against a real vLLM (CPU build, own venv) serving a tiny model; optional, skips if it cannot install"
 
@@ -127,6 +129,34 @@ bench-compat: $(BENCH_VENV)/.ct-installed
 # run against it through ansible-playbook. Prints "SKIPPED: ..." and exits 0 when vLLM cannot be installed.
 check-real-vllm: venv
 	PROJECT_BIN=$(BIN) scripts/check-real-vllm.sh
+
+# The NVFP4 -> GPTQ int4 repacker benchmark (docs/performance.md, "NVFP4 -> GPTQ repacker"): numpy
+# only, so it runs in $(VENV).
+REPACK_SIZE_GB ?= 0.25
+
+bench-repack: venv
+	$(BIN)/python benchmarks/nvfp4_repack.py --size-gb $(REPACK_SIZE_GB) $(BENCH_ARGS)
+
+# Our GPTQ dequantization against GPTQModel's CPU torch kernel on repacked layers
+# (tests/unit/plugins/module_utils/test_gptq_gptqmodel.py; it skips in $(VENV), which has no torch).
+# gptqmodel 7.7.0 asks for torch>=2.14.1, which this machine has only as the multi-GB CUDA build, so it
+# is installed with --no-deps next to the pinned CPU torch, its other requirements named and pinned here
+# (its kernel imports and runs on torch 2.13.0). LABFLEET_GPTQ_COMPAT=1: a failed import is an error.
+GPTQ_VENV ?= .cache/gptq-venv
+GPTQ_PKGS ?= accelerate==1.15.0 safetensors==0.8.0 transformers==5.24.0 threadpoolctl==3.8.0 packaging==26.4 \
+	Device-SMI==0.5.7 protobuf==7.36.2 pillow==13.0.0 requests==2.34.2 PyPcre==0.6.4 TokeNicer==0.0.14 \
+	LogBar==0.4.15 Jinja2==3.1.6 ninja==1.13.2 maturin==1.16.0 datasets==5.2.0 pyarrow==26.0.1 dill==0.4.1 \
+	torchao==0.18.0 Defuser==0.0.28 numpy==2.4.6 pytest==9.2.0
+
+$(GPTQ_VENV)/.installed:
+	test -x $(GPTQ_VENV)/bin/python || $(PYTHON) -m venv $(GPTQ_VENV)
+	$(GPTQ_VENV)/bin/python -m pip install -q $(GPTQ_PKGS) "$(BENCH_TORCH)"
+	$(GPTQ_VENV)/bin/python -m pip install -q --no-deps gptqmodel==7.7.0
+	touch $@
+
+bench-gptq-compat: $(GPTQ_VENV)/.installed
+	LABFLEET_GPTQ_COMPAT=1 PYTHONPATH=$(CURDIR)/collections $(GPTQ_VENV)/bin/python -m pytest -p no:cacheprovider \
+		--noconftest -rs tests/unit/plugins/module_utils/test_gptq_gptqmodel.py
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis labfleet-vllm-*.tar.gz

@@ -23,7 +23,7 @@ for a linear weight W [N out_features, K in_features] at group size g:
   (``dequant_4bit_8_prep_zero(zeros[0] + 1, ...)``; the GPTQ "v1" checkpoint convention, whose
   packer stores zero - 1). The 0.8.5 loader reads no ``checkpoint_format``: a "gptq_v2"
   checkpoint (zero stored as is) is silently read one step off. So the effective zero is 1 .. 16,
-  never 0.
+  never 0; the repacker writes 1 .. 15 (ZERO_MAX: a stored 15 is read differently elsewhere).
 - The loader refuses ``input_size_per_partition % group_size != 0`` and
   ``output_size_per_partition % 8 != 0`` (also under tensor parallelism: column-parallel layers
   split N, row-parallel layers split K); 2, 3, 4 and 8 bits exist, this repacker writes 4.
@@ -41,7 +41,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import concurrent.futures
 import math
+import os
 import re
 
 from ansible_collections.labfleet.vllm.plugins.module_utils import _nvfp4
@@ -57,6 +59,12 @@ MAXQ = (1 << BITS) - 1
 # The kernels' zero-point offset of a GPTQ "v1" checkpoint (effective zero = stored + 1).
 ZERO_OFFSET = {"gptq": 1, "gptq_v2": 0}
 CHECKPOINT_FORMAT = "gptq"
+# Effective zero points the repacker writes: 1 .. 15, stored 0 .. 14. vLLM's kernels read a stored
+# 15 as 16 (nibble + 1), but GPTQModel (and transformers through it) turns v1 into v2 by adding
+# 0x11111111 to the whole int32 word, so a stored 15 carries into the next output's zero there
+# (gptqmodel 7.7.0 utils/model.py convert_gptq_v1_to_v2_format_module). A zero of 16 only serves a
+# group with no value above -1 step, so leaving it out costs nothing measurable.
+ZERO_MIN, ZERO_MAX = 1, MAXQ
 
 MANIFEST_FILE = "nvfp4_repack_manifest.json"
 REPACK_VERSION = "1"
@@ -64,6 +72,8 @@ REPACK_VERSION = "1"
 TILE_ELEMENTS = 1 << 18
 # Elements of one column slab (its codes are kept as uint8 until its qweight rows are written).
 SLAB_ELEMENTS = 1 << 22
+# Most threads searching tiles at once (each holds a few float32 tiles).
+MAX_WORKERS = 8
 # Candidate steps of the search, in units of the group's amax / 6 (the NVFP4 block scale when the
 # group's largest code is 6): measured on NVFP4-quantised Gaussian weights, the refitted optimum
 # lies between 0.45 and 1.0 at every group size (docs/nvfp4.md).
@@ -284,16 +294,16 @@ def _refit(u, t, z, tot, su, work):
 
 def minmax_candidate(u):
     """(step, zero) of plain min/max quantization per group (GPTQ's RTN baseline): the range
-    [min(x, 0), max(x, 0)] in 15 steps, zero = round(-min / step) kept in 1..16 (GPTQ v1)."""
+    [min(x, 0), max(x, 0)] in 15 steps, zero = round(-min / step) kept in ZERO_MIN .. ZERO_MAX."""
     low = np.minimum(u.min(axis=1), 0)
     high = np.maximum(u.max(axis=1), 0)
     t = ((high - low) / MAXQ).astype(np.float32)
     zero = np.divide(-low, t, out=np.zeros_like(t), where=t > 0)
-    return t, np.clip(np.rint(zero), 1, MAXQ + 1).astype(np.float32)
+    return t, np.clip(np.rint(zero), ZERO_MIN, ZERO_MAX).astype(np.float32)
 
 
 def fit_groups(u, method="search"):
-    """Step t and effective zero z (float32 [G], z in 1..16) per group of u (float32 [G, g]) so
+    """Step t and effective zero z (float32 [G], z in ZERO_MIN..ZERO_MAX = 1..15) per group of u (float32 [G, g]) so
     that t * (q - z), q = clip(round(u / t + z), 0, 15), is close to u in the least-squares sense.
 
     method "minmax": the min/max baseline; "search": the candidates described in the module
@@ -326,9 +336,9 @@ def fit_groups(u, method="search"):
     for factor in SEARCH_STEPS:
         t = unit * np.float32(factor)
         zero = np.divide(-middle, t, out=np.zeros_like(t), where=t > 0) + np.float32(MAXQ / 2.0)
-        consider(t, np.clip(np.rint(zero), 1, MAXQ + 1).astype(np.float32))
+        consider(t, np.clip(np.rint(zero), ZERO_MIN, ZERO_MAX).astype(np.float32))
     for shift in (-1.0, 1.0):
-        consider(best_t.copy(), np.clip(best_z + np.float32(shift), 1, MAXQ + 1))
+        consider(best_t.copy(), np.clip(best_z + np.float32(shift), ZERO_MIN, ZERO_MAX))
     for _round in range(2):
         consider(best_t.copy(), best_z.copy())
     return best_t, best_z
@@ -416,15 +426,27 @@ def _tile(packed, scale_codes, table, group_size, method, name, r0, c0, stats):
     return codes.astype(np.uint8).reshape(rows, width), stored_zeros(z.astype(np.int32)), scale16.reshape(rows, -1)
 
 
+def default_workers():
+    """Threads that search tiles at the same time (numpy releases the GIL in its loops): the CPUs
+    this process may use, at most MAX_WORKERS."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(MAX_WORKERS, cpus))
+
+
 def repack_layer(packed, scale_codes, tensor_scale, divide, group_size, name="tensor", method="search",
-                 write=None, stats=None):
+                 write=None, stats=None, workers=None):
     """Repack one NVFP4 layer (uint8 [N, K/2], e4m3 codes [N, K/16], per-tensor scale) into GPTQ.
 
     ``write(bytes-like)`` receives qweight, qzeros, scales and g_idx in that order, little-endian,
     exactly as repacked_tensor_bytes counts them, column slab by column slab (memory: one slab of
     uint8 codes, the float16 scales and zeros of the layer, float32 tiles of TILE_ELEMENTS); without
     it the arrays are returned. ``stats`` (ErrorStats) accumulates the error against the exact NVFP4
-    values. Returns {qweight, qzeros, scales, g_idx} (arrays, or None when written) and stats."""
+    values. ``workers`` threads (default default_workers()) search the tiles of a slab; the output
+    does not depend on their number. Returns {qweight, qzeros, scales, g_idx} (arrays, or None when
+    written) and stats."""
     _nvfp4._need_numpy()
     rows, in_features = _nvfp4._check_shapes(packed, scale_codes, name)
     if group_size not in GROUP_SIZES:
@@ -442,22 +464,33 @@ def repack_layer(packed, scale_codes, tensor_scale, divide, group_size, name="te
     kept = [] if write is None else None
     width = min(in_features, max(group_size, (SLAB_ELEMENTS // rows) // group_size * group_size))
     tile_rows = max(1, TILE_ELEMENTS // width)
-    for c0 in range(0, in_features, width):
-        c1 = min(in_features, c0 + width)
-        slab = np.empty((rows, c1 - c0), dtype=np.uint8)
-        for r0 in range(0, rows, tile_rows):
-            r1 = min(rows, r0 + tile_rows)
-            codes, stored, scale16 = _tile(packed[r0:r1, c0 // 2:c1 // 2],
-                                           scale_codes[r0:r1, c0 // _nvfp4.BLOCK:c1 // _nvfp4.BLOCK],
-                                           table, group_size, method, name, r0, c0, stats)
-            slab[r0:r1] = codes
-            zeros[c0 // group_size:c1 // group_size, r0:r1] = stored.T
-            scales[c0 // group_size:c1 // group_size, r0:r1] = scale16.T
-        words = pack_qweight(slab.T).astype("<i4", copy=False)
-        if write is None:
-            kept.append(words)
-        else:
-            write(np.ascontiguousarray(words))
+    workers = max(1, int(workers or default_workers()))
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
+    try:
+        for c0 in range(0, in_features, width):
+            c1 = min(in_features, c0 + width)
+            slab = np.empty((rows, c1 - c0), dtype=np.uint8)
+            tiles = []
+            for r0 in range(0, rows, tile_rows):
+                r1 = min(rows, r0 + tile_rows)
+                job = (packed[r0:r1, c0 // 2:c1 // 2], scale_codes[r0:r1, c0 // _nvfp4.BLOCK:c1 // _nvfp4.BLOCK],
+                       table, group_size, method, name, r0, c0, ErrorStats())
+                tiles.append((r0, r1, job[-1], pool.submit(_tile, *job) if pool else job))
+            # in order, so that the bytes and the error sums do not depend on the threads
+            for r0, r1, tile_stats, work in tiles:
+                codes, stored, scale16 = work.result() if pool else _tile(*work)
+                stats.merge(tile_stats)
+                slab[r0:r1] = codes
+                zeros[c0 // group_size:c1 // group_size, r0:r1] = stored.T
+                scales[c0 // group_size:c1 // group_size, r0:r1] = scale16.T
+            words = pack_qweight(slab.T).astype("<i4", copy=False)
+            if write is None:
+                kept.append(words)
+            else:
+                write(np.ascontiguousarray(words))
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
     qzeros = pack_qzeros(zeros).astype("<i4", copy=False)
     g_idx = (np.arange(in_features, dtype=np.int64) // group_size).astype("<i4")
     if write is None:

@@ -118,6 +118,8 @@ def test_tiny_model_repacked_in_vllms_gptq_layout(tiny):
                 assert prefix + gone not in out
             arrays = [out[prefix + "." + part][1] for part in ("qweight", "qzeros", "scales", "g_idx")]
             assert arrays[3].tolist() == [i // 32 for i in range(k)]
+            nibbles = (arrays[1].astype(np.int64)[:, :, None] >> (4 * np.arange(8))) & 0xF
+            assert nibbles.max() <= 14                             # stored zeros 0..14 (effective 1..15)
             got = decode(*arrays)
             exact = R.ref_nvfp4(packed, scale, float(scale_2))
             err2 += float(((got - exact) ** 2).sum())
