@@ -234,8 +234,10 @@ def test_serving_path_fp16_fallback_is_taken_even_where_native_would_work():
     assert "request.serving_path is fp16_fallback" in verdict["serving"]["why"]
 
 
-@pytest.mark.parametrize("path, code, what", [("fp16_fallback", "FP16_FALLBACK_NOT_APPLICABLE", "dequantized"),
-                                               ("gptq_repack", "GPTQ_REPACK_NOT_APPLICABLE", "repacked")])
+@pytest.mark.parametrize("path, code, what", [
+    ("fp16_fallback", "FP16_FALLBACK_NOT_APPLICABLE", "dequantized"),
+    ("gptq_repack", "GPTQ_REPACK_NOT_APPLICABLE", "repacked"),
+])
 def test_a_converted_copy_of_a_checkpoint_that_is_not_nvfp4_is_refused(path, code, what):
     verdict = run(model=LLAMA_8B_BF16, req=request(serving_path=path))
     assert verdict["allowed"] is False
@@ -373,8 +375,8 @@ def test_the_reference_deployments_70b_nvfp4_is_served_from_a_gptq_repack_with_a
     # The size: every NVFP4 linear weight repacked plus the float16 rest, half of it per GPU.
     assert repack["repacked_bytes"] == repacked(LLAMA_70B_NVFP4, 64)
     assert 40e9 < repack["repacked_bytes"] < 42e9
-    assert repack["repacked_bytes_per_gpu"] == verdict["plan"]["weights_bytes_per_gpu"] == -(-repacked(LLAMA_70B_NVFP4,
-                                                                                                        64) // 2)
+    half = -(-repacked(LLAMA_70B_NVFP4, 64) // 2)
+    assert repack["repacked_bytes_per_gpu"] == verdict["plan"]["weights_bytes_per_gpu"] == half
     assert repack["repacked_gib_per_gpu"] == round(repack["repacked_bytes_per_gpu"] / 2 ** 30, 2)
     assert 4.2 < repack["bits_per_weight"] < 4.4
     assert repack["expected_error"] == _gptq.EXPECTED_ERROR[64]
