@@ -9,7 +9,7 @@
 #      it one completion, and prints what came back (the weights are random: expect arbitrary tokens;
 #      the check is that vLLM's gptq loader takes the layout and the kernels run).
 #
-#   scripts/gpu-check-repack.sh [GROUP_SIZE]        GROUP_SIZE: 16, 32 (default), 64 or 128
+#   scripts/gpu-check-repack.sh [GROUP_SIZE]        GROUP_SIZE: 32 (default), 64 or 128
 #
 # Environment: PYTHON (the interpreter with vLLM, default python3), VLLM (the vllm command, default the
 # one next to PYTHON, else on PATH), TIMEOUT_S (server start, default 600), KEEP=1 (keep the work
@@ -17,7 +17,7 @@
 set -euo pipefail
 
 group=${1:-32}
-case "$group" in 16 | 32 | 64 | 128) ;; *) echo "usage: $0 [16|32|64|128]" >&2; exit 2 ;; esac
+case "$group" in 32 | 64 | 128) ;; *) echo "usage: $0 [32|64|128]" >&2; exit 2 ;; esac
 top=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 TIMEOUT_S=${TIMEOUT_S:-600}

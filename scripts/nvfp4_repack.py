@@ -22,7 +22,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("src", help="NVFP4 checkpoint directory")
     parser.add_argument("dest", help="GPTQ output directory (must not exist, be empty, or be an earlier output)")
-    parser.add_argument("--group-size", default="32", help="inputs per scale and zero point: 16, 32, 64 or 128 (default 32)")
+    parser.add_argument("--group-size", default="32", help="inputs per scale and zero point: 32, 64 or 128 (default 32; vLLM's gptq kernels compute 16 wrong)")
     parser.add_argument("--layout", default="auto", choices=list(_nvfp4.LAYOUTS))
     parser.add_argument("--max-shard-size", default="5GB", help="largest output shard (default 5GB)")
     parser.add_argument("--check", action="store_true", help="report what would be done, write nothing")

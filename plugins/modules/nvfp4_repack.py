@@ -17,7 +17,7 @@ description:
   - Reads an NVFP4 checkpoint directory (ModelOpt or compressed-tensors layout) tensor by tensor
     and writes a GPTQ 4-bit copy that vLLM serves with C(--quantization gptq) on GPUs without FP4
     kernels (the C(gptq) method needs compute capability 6.0, so Volta serves it). The copy keeps
-    about 4.2 to 5.3 bits per weight (group size 128 to 16) instead of the 16 of an FP16 copy.
+    about 4.2 to 4.6 bits per weight (group size 128 to 32) instead of the 16 of an FP16 copy.
   - Each NVFP4 weight is decoded exactly (E2M1 code times the float8_e4m3fn block scale and the
     per-tensor scale, in float32, the arithmetic of M(labfleet.vllm.nvfp4_dequantize)); per group of
     O(group_size) inputs a scale and a zero point are chosen to minimise the squared error against
@@ -51,12 +51,15 @@ options:
     required: true
   group_size:
     description:
-      - Inputs sharing one scale and zero point. Smaller groups are more accurate and larger (16 =
-        one NVFP4 block, about 5.3 bits per weight; 32 about 4.6; 128 about 4.2). Every linear
-        layer's input features must be a multiple of it (vLLM's loader refuses partial groups, also
-        per GPU under tensor parallelism).
+      - Inputs sharing one scale and zero point. Smaller groups are more accurate and larger (32
+        about 4.6 bits per weight, 64 about 4.3, 128 about 4.2). Every linear layer's input
+        features must be a multiple of it (vLLM's loader refuses partial groups, also per GPU under
+        tensor parallelism).
+      - 16 (one NVFP4 block, the most accurate) is not offered: vLLM's gptq (exllama) 4-bit kernels
+        move to the next group only every 32 input rows, so vLLM would serve a group-16 copy with
+        wrong weights and no error.
     type: int
-    choices: [16, 32, 64, 128]
+    choices: [32, 64, 128]
     default: 32
   layout:
     description:
@@ -226,7 +229,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq, _nvfp4
 
 def main():
     module = AnsibleModule(
-        argument_spec=_nvfp4.argument_spec(group_size=dict(type="int", default=32, choices=list(_gptq.GROUP_SIZES))),
+        argument_spec=_nvfp4.argument_spec(group_size=dict(type="int", default=32, choices=list(_gptq.VLLM_GROUP_SIZES))),
         supports_check_mode=True,
     )
     params = module.params

@@ -163,7 +163,7 @@ def test_rerun_is_a_no_op_with_the_recorded_error(tiny):
     again = _gptq.repack_checkpoint(src, dest, group_size=32, max_shard_size="1MB")
     assert again["changed"] is False and again["error"] == result["error"]
     assert _gptq.repack_checkpoint(src, dest, group_size=32, max_shard_size="1MB", check_mode=True)["changed"] is False
-    assert _gptq.repack_checkpoint(src, dest, group_size=16, max_shard_size="1MB", check_mode=True)["changed"] is True
+    assert _gptq.repack_checkpoint(src, dest, group_size=64, max_shard_size="1MB", check_mode=True)["changed"] is True
 
 
 def test_an_fp16_copy_is_not_overwritten(tiny, tmp_path):
@@ -174,12 +174,19 @@ def test_an_fp16_copy_is_not_overwritten(tiny, tmp_path):
         _gptq.repack_checkpoint(src, fp16)
 
 
+def test_group_size_16_refused_for_vllm(tiny, tmp_path):
+    with pytest.raises(Nvfp4Error, match=r"^group_size=16: vLLM's gptq method \(exllama kernels\) moves to the next "
+                                         r"group only every 32 input rows .* use 32, 64, 128$"):
+        _gptq.repack_checkpoint(tiny[0], str(tmp_path / "g16"), group_size=16, check_mode=True)
+    assert _gptq.VLLM_GROUP_SIZES == (32, 64, 128)
+
+
 def test_group_size_16_and_128(tiny, tmp_path):
     src = tiny[0]
     source = read_dir(src)
     for group in (16, 128):
         dest = str(tmp_path / ("g%d" % group))
-        result = _gptq.repack_checkpoint(src, dest, group_size=group)
+        result = _gptq.repack_checkpoint(src, dest, group_size=group, for_vllm=False)   # 16: for other loaders
         out = read_dir(dest)
         prefix = "model.layers.1.mlp.down_proj"
         arrays = [out[prefix + "." + part][1] for part in ("qweight", "qzeros", "scales", "g_idx")]
@@ -235,13 +242,13 @@ def small_checkpoint(root, layout="compressed_tensors", shapes=None, extra=(), l
 def test_compressed_tensors_layout(tmp_path):
     src, dest = str(tmp_path / "src"), str(tmp_path / "out")
     truth = small_checkpoint(src)
-    result = _gptq.repack_checkpoint(src, dest, group_size=16)
+    result = _gptq.repack_checkpoint(src, dest, group_size=32)
     assert result["layout"] == "compressed_tensors" and result["tensors_repacked"] == 2
     out = read_dir(dest)
     for prefix, (packed, scale, global_scale) in truth.items():
         arrays = [out[prefix + "." + part][1] for part in ("qweight", "qzeros", "scales", "g_idx")]
         exact = R.ref_nvfp4(packed, scale, global_scale, divide=True)
-        assert R.rel_rms(decode(*arrays), exact) < 0.067
+        assert R.rel_rms(decode(*arrays), exact) < 0.079
     assert result["files_copied"] == ["tokenizer.json"]
 
 
@@ -266,7 +273,7 @@ def test_unquantized_linear_refused(tmp_path):
 
 @pytest.mark.parametrize("shape, group, message", [
     ((64, 48), 32, "model.layers.0.mlp.down_proj: in_features 48 is not a multiple of group_size 32"),
-    ((60, 64), 16, "model.layers.0.mlp.down_proj: out_features 60 is not a multiple of 8"),
+    ((60, 64), 32, "model.layers.0.mlp.down_proj: out_features 60 is not a multiple of 8"),
 ])
 def test_odd_layer_refused_before_writing(tmp_path, shape, group, message):
     src, dest = str(tmp_path / "src"), str(tmp_path / "out")

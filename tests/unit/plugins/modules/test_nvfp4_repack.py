@@ -47,24 +47,24 @@ def check_layers(dest, truth, group, divide):
         arrays = [out[prefix + "." + part][1] for part in ("qweight", "qzeros", "scales", "g_idx")]
         assert arrays[2].shape[0] == packed.shape[1] * 2 // group
         exact = C.R.ref_nvfp4(packed, scale, tensor_scale, divide=divide)
-        assert C.R.rel_rms(C.decode(*arrays), exact) < {16: 0.067, 32: 0.079}[group]
+        assert C.R.rel_rms(C.decode(*arrays), exact) < {32: 0.079, 64: 0.095}[group]
 
 
 @pytest.mark.parametrize("layout", ["modelopt", "compressed_tensors"])
 def test_converts_then_no_op(tmp_path, capsys, layout):
     src, dest = str(tmp_path / "src"), str(tmp_path / "out")
     truth = C.small_checkpoint(src, layout=layout)
-    result = run({"src": src, "dest": dest, "group_size": 16}, capsys)
+    result = run({"src": src, "dest": dest}, capsys)
     assert not result.get("failed"), result
     assert result["changed"] is True and result["layout"] == layout and result["tensors_repacked"] == 2
-    assert result["group_size"] == 16 and 5.2 < result["bits_per_weight"] < 5.8
-    assert 0 < result["error"]["rel_rms"] < 0.067
-    check_layers(dest, truth, 16, layout == "compressed_tensors")
-    again = run({"src": src, "dest": dest, "group_size": 16, "layout": layout}, capsys)
-    assert again["changed"] is False and again["error"] == result["error"]
-    other = run({"src": src, "dest": dest, "group_size": 32}, capsys)
-    assert other["changed"] is True and other["group_size"] == 32
+    assert result["group_size"] == 32 and 4.6 < result["bits_per_weight"] < 5.2
+    assert 0 < result["error"]["rel_rms"] < 0.079
     check_layers(dest, truth, 32, layout == "compressed_tensors")
+    again = run({"src": src, "dest": dest, "group_size": 32, "layout": layout}, capsys)
+    assert again["changed"] is False and again["error"] == result["error"]
+    other = run({"src": src, "dest": dest, "group_size": 64}, capsys)
+    assert other["changed"] is True and other["group_size"] == 64
+    check_layers(dest, truth, 64, layout == "compressed_tensors")
 
 
 def test_check_mode_writes_nothing(tmp_path, capsys):
@@ -85,8 +85,9 @@ def test_error_messages(tmp_path, capsys, monkeypatch):
     assert result["failed"] is True
     assert result["msg"].startswith("nvfp4_repack: model.layers.0.mlp.down_proj: in_features 48 is not a multiple of "
                                     "group_size 32")
-    result = run({"src": src, "dest": str(tmp_path / "out"), "group_size": 48}, capsys)
-    assert result["failed"] is True and "group_size" in result["msg"] and "16, 32, 64, 128" in result["msg"]
+    for group in (16, 48):      # 16: vLLM's gptq kernels compute it wrong, so it is not a choice
+        result = run({"src": src, "dest": str(tmp_path / "out"), "group_size": group}, capsys)
+        assert result["failed"] is True and "group_size" in result["msg"] and "32, 64, 128" in result["msg"]
     monkeypatch.setattr(_nvfp4, "HAS_NUMPY", False)
     result = run({"src": src, "dest": str(tmp_path / "out")}, capsys)
     assert result["failed"] is True and result["msg"].startswith("nvfp4_repack: numpy is required")
@@ -98,10 +99,12 @@ def test_script(tmp_path, capsys):
     truth = C.small_checkpoint(src, layout="modelopt")
     assert SCRIPT.main([src, dest, "--check"]) == 0
     assert json.loads(capsys.readouterr().out)["changed"] is True and not os.path.exists(dest)
-    assert SCRIPT.main([src, dest, "--group-size", "16", "--max-shard-size", "2KB"]) == 0
+    assert SCRIPT.main([src, dest, "--group-size", "64", "--max-shard-size", "2KB"]) == 0
     assert json.loads(capsys.readouterr().out)["tensors_repacked"] == 2
-    check_layers(dest, truth, 16, False)
+    check_layers(dest, truth, 64, False)
+    assert SCRIPT.main([src, dest, "--group-size", "16"]) == 1
+    assert "nvfp4_repack: group_size=16: vLLM's gptq method (exllama kernels)" in capsys.readouterr().err
     assert SCRIPT.main([src, dest, "--group-size", "20"]) == 1
-    assert "group_size='20' is not one of 16, 32, 64, 128" in capsys.readouterr().err
+    assert "group_size='20' is not one of 32, 64, 128" in capsys.readouterr().err
     assert SCRIPT.main([src, dest, "--layout", "compressed_tensors"]) == 1
     assert "no NVFP4 layer in the compressed_tensors layout" in capsys.readouterr().err
