@@ -51,6 +51,7 @@ attributes:
   platform:
     support: full
     platforms: posix
+    description: Runs on the controller (C(delegate_to) localhost), where matplotlib is installed.
 author:
   - labfleet maintainers (@labfleet)
 seealso:

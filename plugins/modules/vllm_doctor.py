@@ -115,6 +115,7 @@ attributes:
   platform:
     support: full
     platforms: posix
+    description: Runs on the GPU host it diagnoses, Python standard library only.
 author:
   - labfleet maintainers (@labfleet)
 notes:
@@ -159,7 +160,7 @@ doctor:
         evidence: {}
     journal_states: []
 lines:
-  description: One line per check for a person - C(<check>: <status>: <cause> Fix: <fix>).
+  description: "One line per check for a person - C(<check>: <status>: <cause> Fix: <fix>)."
   returned: success
   type: list
   elements: str
