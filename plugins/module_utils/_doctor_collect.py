@@ -36,7 +36,7 @@ import stat
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._host import CDI_SPEC_DIRS, cdi_spec_paths, read_regular_text
 from ansible_collections.labfleet.vllm.plugins.module_utils._image import GPU_CHECK_SCRIPT
-from ansible_collections.labfleet.vllm.plugins.module_utils._plan import _fallback_model
+from ansible_collections.labfleet.vllm.plugins.module_utils._plan import served_model
 
 # The largest text kept from one command or file (the journal tail of 5000 lines is about 1 MB).
 MAX_TEXT = 4 * 1024 * 1024
@@ -78,8 +78,7 @@ def doctor_gate_inputs(gate_inputs, verdict):
     inputs = dict((k, v) for k, v in gate_inputs.items() if k in GATE_INPUT_KEYS and v is not None)
     if not inputs.get("model"):
         return {}
-    if (verdict or {}).get("serving_path") == "fp16_fallback":
-        inputs["model"] = _fallback_model(inputs["model"])[0]
+    inputs["model"] = served_model(inputs["model"], verdict)
     if "policy" in (gate_inputs or {}) and "policy_overrides" not in inputs:
         inputs["policy_overrides"] = gate_inputs["policy"]
     return inputs

@@ -832,6 +832,21 @@ def _repack_model(model, group_size, size):
     return copy
 
 
+def served_model(model, verdict):
+    """The gate's model input for what the plan serves: the checkpoint itself, its FP16 copy
+    (fp16_fallback) or its GPTQ copy at the plan's group size and size (gptq_repack). For a later
+    question to the gate about the deployed model (the doctor's memory settings that fit)."""
+    path = (verdict or {}).get("serving_path")
+    if not isinstance(model, dict) or not model:
+        return model
+    if path == "fp16_fallback":
+        return _fallback_model(model)[0]
+    repack = ((verdict or {}).get("serving") or {}).get("gptq_repack") or {}
+    if path == "gptq_repack" and repack.get("group_size") and repack.get("repacked_bytes"):
+        return _repack_model(model, repack["group_size"], repack["repacked_bytes"])
+    return model
+
+
 def _error_text(error):
     rms = (error or {}).get("rel_rms")
     return ("expected error %.1f%% relative RMS against the NVFP4 weights (%s)" % (rms * 100, error.get("source"))

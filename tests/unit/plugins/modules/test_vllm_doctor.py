@@ -196,6 +196,11 @@ def test_gate_inputs_keep_evaluates_keys_and_judge_the_fp16_copy():
                                   {"serving_path": "fp16_fallback"})
     assert sorted(inputs) == ["gpus", "model", "policy_overrides"]
     assert inputs["model"]["weight_bytes"] == 16000000000 and inputs["model"]["quant_method"] is None
+    repacked = C.doctor_gate_inputs({"gpus": [], "model": model}, {
+        "serving_path": "gptq_repack", "serving": {"gptq_repack": {"group_size": 64, "repacked_bytes": 4300000000}}})
+    assert (repacked["model"]["quant_method"], repacked["model"]["quant_group_size"]) == ("gptq", 64)
+    assert repacked["model"]["weight_bytes"] == 4300000000 and repacked["model"]["torch_dtype"] == "float16"
+    assert C.doctor_gate_inputs({"gpus": [], "model": model}, {"serving_path": "native"})["model"] == model
     assert C.doctor_gate_inputs({"gpus": []}, {}) == {}
     assert C.test_image({"deployment": {"image": "vllm/vllm-openai:v0.8.5"}}, {}) == "vllm/vllm-openai:v0.8.5"
     assert C.test_image({}, {"reference": "bad ref\n"}) is None
