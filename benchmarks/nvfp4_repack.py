@@ -150,8 +150,7 @@ def generate(src, layers, seed):
             prefix, part = name.rsplit(".", 1)
             if part not in ("weight", "weight_scale", "weight_scale_2") or prefix.rsplit(".", 1)[-1] in (
                     "input_layernorm", "post_attention_layernorm", "norm"):
-                for piece in produce(name):
-                    yield piece
+                yield from produce(name)
                 return
             if prefix not in made:
                 made.clear()

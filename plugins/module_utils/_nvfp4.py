@@ -1029,4 +1029,3 @@ def run_script(name, convert, out, err):
         return 1
     out.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return 0
-

@@ -25,9 +25,10 @@ description:
     min/max).
   - The output is the layout of vLLM 0.8.5's C(gptq) loader - C(qweight) int32 [in/8, out],
     C(qzeros) int32 [in/group, out/8] (stored zero = zero - 1, GPTQ v1), C(scales) float16,
-    C(g_idx) int32 - with C(quantization_config) C({quant_method: gptq, bits: 4, group_size,
-    desc_act: false, sym: false, checkpoint_format: gptq}) in C(config.json). The LM head and the
-    layers that were not NVFP4 are written as float16; tokenizer and generation files are copied.
+    C(g_idx) int32 - and a C(quantization_config) in C(config.json) with C(quant_method=gptq),
+    C(bits=4), the C(group_size), C(desc_act=false), C(sym=false) and C(checkpoint_format=gptq).
+    The LM head and the layers that were not NVFP4 are written as float16; tokenizer and generation
+    files are copied.
   - The output is written to a temporary directory next to O(dest) and renamed into place only
     when complete; a manifest (C(nvfp4_repack_manifest.json)) records the size and SHA-256 of every
     input, the settings and the measured error, so running again with the same inputs and settings
@@ -55,9 +56,9 @@ options:
         about 4.6 bits per weight, 64 about 4.3, 128 about 4.2). Every linear layer's input
         features must be a multiple of it (vLLM's loader refuses partial groups, also per GPU under
         tensor parallelism).
-      - 16 (one NVFP4 block, the most accurate) is not offered: vLLM's gptq (exllama) 4-bit kernels
-        move to the next group only every 32 input rows, so vLLM would serve a group-16 copy with
-        wrong weights and no error.
+      - Group size 16 (one NVFP4 block, the most accurate) is not offered, because vLLM's gptq
+        (exllama) 4-bit kernels move to the next group only every 32 input rows, so vLLM would serve
+        a group-16 copy with wrong weights and no error.
     type: int
     choices: [32, 64, 128]
     default: 32
@@ -165,7 +166,7 @@ bits_per_weight:
   description: Bits per weight of the repacked layers (codes, float16 scales, zero points and g_idx).
   returned: success
   type: float
-  sample: 4.6296
+  sample: 4.628
 output_bytes:
   description: Bytes the output takes (tensors, headers and copied files).
   returned: success

@@ -298,12 +298,13 @@ def test_nan_scale_in_checkpoint_leaves_nothing(tmp_path):
     scale = scale.copy()
     scale[3, 1] = 0xFF
     q = truth["model.layers.0.self_attn.q_proj"]
-    tensors = [("model.embed_tokens.weight", "BF16", T.to_bf16(np.full((16, 64), 0.5, np.float32))),("model.layers.0.mlp.down_proj.weight", "U8", packed),
-                ("model.layers.0.mlp.down_proj.weight_scale", "F8_E4M3", scale),
-                ("model.layers.0.mlp.down_proj.weight_scale_2", "F32", np.array(np.float32(scale_2))),
-                ("model.layers.0.self_attn.q_proj.weight", "U8", q[0]),
-                ("model.layers.0.self_attn.q_proj.weight_scale", "F8_E4M3", q[1]),
-                ("model.layers.0.self_attn.q_proj.weight_scale_2", "F32", np.array(np.float32(q[2])))]
+    tensors = [("model.embed_tokens.weight", "BF16", T.to_bf16(np.full((16, 64), 0.5, np.float32))),
+               ("model.layers.0.mlp.down_proj.weight", "U8", packed),
+               ("model.layers.0.mlp.down_proj.weight_scale", "F8_E4M3", scale),
+               ("model.layers.0.mlp.down_proj.weight_scale_2", "F32", np.array(np.float32(scale_2))),
+               ("model.layers.0.self_attn.q_proj.weight", "U8", q[0]),
+               ("model.layers.0.self_attn.q_proj.weight_scale", "F8_E4M3", q[1]),
+               ("model.layers.0.self_attn.q_proj.weight_scale_2", "F32", np.array(np.float32(q[2])))]
     T.write_st(os.path.join(src, "model.safetensors"), tensors)
     with pytest.raises(Nvfp4Error, match=r"model.layers.0.mlp.down_proj.weight: NVFP4 value at row 3, column 16 is "
                                          r"not finite"):
