@@ -146,6 +146,9 @@ def build_parser():
 class Server(ThreadingMixIn, HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # vLLM's uvicorn listens with a backlog of 2048; socketserver's default of 5 resets connections
+    # when a benchmark opens 32 at once.
+    request_queue_size = 2048
 
 
 def model_len_limit(args):
