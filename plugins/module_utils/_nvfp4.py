@@ -12,7 +12,7 @@ The reader (safetensors headers, tensor loading, layout detection, the e2m1/e4m3
 files, manifest, atomic output) and the conversion driver ``convert()`` are shared by the FP16
 dequantizer (``Fp16Target``, ``convert_checkpoint``) and the GPTQ repacker (_gptq.py ``GptqTarget``).
 
-Formats (all from /work/shared/reference/facts.md section 4, confidence "verified"):
+Formats (all from ../shared/reference/facts.md section 4, confidence "verified"):
 
 - FP4 E2M1 element: sign in bit 3, magnitude bits index ``[0, .5, 1, 1.5, 2, 3, 4, 6]``
   (ModelOpt ``nvfp4_tensor.py`` ``e2m1_values``; vLLM 0.19.1

@@ -22,7 +22,7 @@ HTTP goes through http.client (HTTP/1.1: keep-alive and chunked transfer encodin
 it; unit tests run local servers); the clock, sleep and the container probe are passed in, so the
 health wait is tested with fakes.
 
-What real vLLM sends (verified against /work/shared/reference/vllm-http/, recorded from a vLLM
+What real vLLM sends (verified against ../shared/reference/vllm-http/, recorded from a vLLM
 server, and the 0.8.5 / 0.19.1 sources):
 - error bodies: 0.8.5 ``{"object": "error", "message", "type", "param", "code"}``
   (vllm-0.8.5 vllm/entrypoints/openai/protocol.py:79-84, returned by api_server.py:428-430);

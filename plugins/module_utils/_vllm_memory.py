@@ -111,7 +111,7 @@ _V085 = "vllm@0.8.5:vllm/"
 _V0191 = "vllm@0.19.1:vllm/"
 
 # Every line this model rests on, keyed for the per-result "sources" list. All "verified" (read in
-# the release sources under /work/vsrc) unless the text says otherwise.
+# the release sources, vllm-project/vllm at the tags v0.8.5 and v0.19.1) unless the text says otherwise.
 _SRC = (
     ("budget_v0", _V085 + "worker/worker.py:253-256"),
     ("profile_v0", _V085 + "worker/worker.py:246-249"),

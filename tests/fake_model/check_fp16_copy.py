@@ -15,7 +15,7 @@ compressed-tensors: <layer>.weight_packed + weight_scale + weight_global_scale),
 copy (DEST/model.safetensors.index.json names the shards). Deliberately shares no code with the
 collection: the safetensors headers are parsed with struct/json, FP4 E2M1 and float8_e4m3fn are
 decoded from their bit fields by formula, and the arithmetic follows facts.md section 4
-(/work/shared/reference/facts.md, "verified": ModelOpt NVFP4QTensor.dequantize, vLLM 0.19.1
+(../shared/reference/facts.md, "verified": ModelOpt NVFP4QTensor.dequantize, vLLM 0.19.1
 nvfp4_emulation_utils.py dequantize_to_dtype):
 
     block = float32(e4m3(scale) * weight_scale_2)       (compressed-tensors: / weight_global_scale)

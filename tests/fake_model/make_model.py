@@ -16,7 +16,7 @@ With ``--nvfp4 modelopt`` (tiny presets only) it writes instead a REAL ModelOpt 
 with deterministic data (stdlib random, fixed seed): every decoder Linear weight as packed uint8
 ``weight`` [out, in/2] (element 2i in the low nibble), float8_e4m3fn ``weight_scale`` [out, in/16]
 (safetensors "F8_E4M3"), F32 scalar ``weight_scale_2`` and ``input_scale``; embed_tokens, the norms
-and lm_head stay BF16 with real bytes. Layout: /work/shared/reference/facts.md section 4
+and lm_head stay BF16 with real bytes. Layout: ../shared/reference/facts.md section 4
 (ModelOpt nvfp4_tensor.py, vLLM 0.19.1 quantization/modelopt.py from_config; "verified"). Two
 shards plus model.safetensors.index.json, hf_quant_config.json, config.json quantization_config,
 tokenizer_config.json and generation_config.json. tests/fake_model/check_fp16_copy.py checks an

@@ -38,7 +38,7 @@ with the shapes [in/group, out/8] and [in/group, out].
                           schedule (first + n x MS), so the injected times do not drift; the benchmark's
                           accuracy test measures against them.
 
-It answers like a real vLLM server (the recorded answers in /work/shared/reference/vllm-http/ and
+It answers like a real vLLM server (the recorded answers in ../shared/reference/vllm-http/ and
 the vLLM sources named below; all verified):
 - HTTP/1.1 with keep-alive (idle connections closed after 5 s, vllm-0.8.5
   vllm/entrypoints/openai/api_server.py:97 TIMEOUT_KEEP_ALIVE); plain answers carry Content-Length,
