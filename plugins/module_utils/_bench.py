@@ -44,7 +44,9 @@ import json
 import math
 import re
 
+from ansible_collections.labfleet.vllm.plugins.module_utils._openai import finish_reason as chunk_finish_reason
 from ansible_collections.labfleet.vllm.plugins.module_utils._openai import stream_item
+from ansible_collections.labfleet.vllm.plugins.module_utils._openai import usage_tokens as chunk_usage_tokens
 from ansible_collections.labfleet.vllm.plugins.module_utils._pci_ids import lookup_device
 
 SCHEMA = "labfleet.vllm.benchmark/1"
@@ -302,22 +304,6 @@ def chunk_text(chunk):
     return found
 
 
-def _usage_count(chunk):
-    usage = chunk.get("usage") if isinstance(chunk, dict) else None
-    count = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    if isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= 10 ** 9:
-        return count
-    return None
-
-
-def _finish(chunk):
-    choices = chunk.get("choices") if isinstance(chunk, dict) else None
-    for choice in choices if isinstance(choices, list) else []:
-        if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
-            return choice["finish_reason"]
-    return None
-
-
 def stream_events(timed_data):
     """Read a stream's SSE data, each with the time it arrived: ``timed_data`` yields ``(time,
     data)`` (the text after ``data:`` of one event). Reads until ``[DONE]``, an error chunk or the
@@ -341,8 +327,8 @@ def stream_events(timed_data):
             text = chunk_text(chunk)
             if text is not None:
                 result["events"].append((when, text))
-            result["finish_reason"] = _finish(chunk) or result["finish_reason"]
-            count = _usage_count(chunk)
+            result["finish_reason"] = chunk_finish_reason(chunk) or result["finish_reason"]
+            count = chunk_usage_tokens(chunk)
             if count is not None:
                 result["usage_tokens"] = count
     except ValueError as exc:

@@ -504,7 +504,8 @@ def delta_text(chunk):
     return "".join(parts)
 
 
-def _finish_reason(chunk):
+def finish_reason(chunk):
+    """The first non-empty ``finish_reason`` of a chunk's (or an answer's) choices, else None."""
     choices = chunk.get("choices") if isinstance(chunk, dict) else None
     for choice in choices if isinstance(choices, list) else []:
         if isinstance(choice, dict) and isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
@@ -512,7 +513,7 @@ def _finish_reason(chunk):
     return None
 
 
-def _usage_tokens(obj):
+def usage_tokens(obj):
     """``usage.completion_tokens`` when it is a plausible count (an int, not a bool, not NaN)."""
     usage = obj.get("usage") if isinstance(obj, dict) else None
     count = usage.get("completion_tokens") if isinstance(usage, dict) else None
@@ -553,8 +554,8 @@ def read_chat_stream(lines, started, clock=time.monotonic):
                 if kept < KEEP_TEXT:
                     pieces.append(text[:KEEP_TEXT - kept])
                     kept += len(pieces[-1])
-            result["finish_reason"] = _finish_reason(chunk) or result["finish_reason"]
-            usage = _usage_tokens(chunk)
+            result["finish_reason"] = finish_reason(chunk) or result["finish_reason"]
+            usage = usage_tokens(chunk)
             if usage is not None:
                 result["usage_tokens"] = usage
     except ValueError as exc:  # a line over MAX_LINE_BYTES
@@ -573,9 +574,9 @@ def _plain_answer(outcome, body, started, clock):
         outcome["error"] = "server error: %s" % error_message(answer)
         return
     text = delta_text(answer)
-    usage = _usage_tokens(answer)
+    usage = usage_tokens(answer)
     outcome.update(text=text[:KEEP_TEXT], tokens=usage if usage is not None else (1 if text else 0),
-                   finish_reason=_finish_reason(answer), done=True)
+                   finish_reason=finish_reason(answer), done=True)
     if text:
         # Without streaming the first token arrives with the whole answer.
         outcome["ttft_s"] = round(clock() - started, 4)
