@@ -336,6 +336,12 @@ def stream_events(timed_data):
     return result
 
 
+# A median gap between token events below this (seconds) is no decode step (a GPU decode step of any
+# model takes a millisecond or more): the tokens were buffered on the way (the server falling behind
+# and flushing, a proxy) and arrived in a burst, so the request's ITL and tokens/s say nothing of decoding.
+BURST_GAP_S = 0.0001
+
+
 def request_figures(started, ended, events, usage_tokens=None):
     """The figures of one streamed request from the times of its events (see the module docstring).
 
@@ -343,7 +349,8 @@ def request_figures(started, ended, events, usage_tokens=None):
     text)]`` as stream_events returns them; ``usage_tokens``: the server's count, or None.
 
     Returns ``{ttft_s, tokens, token_events, itl_s: [gaps], itl_mean_s, decode_s, request_tok_s,
-    latency_s}``; ``ttft_s`` is None without a chunk with text (then no token figures).
+    latency_s, burst}``; ``ttft_s`` is None without a chunk with text (then no token figures);
+    ``burst`` is True when the median gap is under BURST_GAP_S (the tokens arrived in a burst).
     """
     figures = {"ttft_s": None, "tokens": usage_tokens if usage_tokens is not None else 0, "token_events": 0,
                "itl_s": [], "itl_mean_s": None, "decode_s": None, "request_tok_s": None,
@@ -359,6 +366,8 @@ def request_figures(started, ended, events, usage_tokens=None):
     if tokens > 1 and decode > 0:
         figures["itl_mean_s"] = decode / (tokens - 1)
         figures["request_tok_s"] = (tokens - 1) / decode
+    gaps = sorted(figures["itl_s"])
+    figures["burst"] = len(gaps) >= 2 and gaps[len(gaps) // 2] < BURST_GAP_S
     return figures
 
 
@@ -400,6 +409,7 @@ def level_figures(concurrency, runs, failed=0):
         "itl_s": summarize([gap for r in requests for gap in r["itl_s"]]),
         "request_tok_s": summarize([r["request_tok_s"] for r in requests]),
         "aggregate_tok_s": aggregate,
+        "burst_requests": sum(1 for r in requests if r.get("burst")),
     }
 
 
@@ -727,6 +737,10 @@ def summary_lines(doc, comparison=None):
                          _ms(level["ttft_s"]["p50"]), _ms(level["ttft_s"]["p90"]), _ms(level["itl_s"]["p50"]),
                          _ms(level["itl_s"]["p90"]), _rate(level["request_tok_s"]["p50"]),
                          _rate(level["aggregate_tok_s"]["level"])))
+        if level.get("burst_requests"):
+            lines.append("  %d of %d request(s) at concurrency %d got their tokens in bursts (median gap under %g ms): "
+                         "their ITL and tokens/s show buffering on the way, not decoding; the aggregate still holds"
+                         % (level["burst_requests"], level["requests"], level["concurrency"], BURST_GAP_S * 1000))
     roof = doc.get("roofline")
     if roof:
         share = ("measured %s = %s %% of it" % (_rate(roof["measured_tok_s"]), roof["share_pct"])

@@ -98,6 +98,28 @@ def test_request_figures_use_the_usage_count_when_chunks_bundle_tokens():
     assert without["tokens"] == 3 and without["request_tok_s"] == pytest.approx(2.0)          # 2 / 1.0
 
 
+def test_tokens_that_arrive_in_a_burst_are_flagged_and_counted_per_level():
+    """A real vLLM stream seen by make check-real-vllm on a loaded machine: 960 tokens, every chunk
+    within a millisecond after a one-second wait. The figures stay (they are what arrived), the
+    request is flagged and the level's summary says what its ITL and tokens/s mean."""
+    burst = [(1.0 + i * 0.000001, "t") for i in range(960)]
+    figures = B.request_figures(0.0, 1.001, burst, usage_tokens=960)
+    assert figures["burst"] is True and figures["request_tok_s"] > 100000
+    steady = B.request_figures(0.0, 1.0, [(0.1 + i * 0.02, "t") for i in range(10)], usage_tokens=10)
+    assert steady["burst"] is False
+    # A median needs two gaps at least: three tokens at once are a burst, two are too few to say.
+    assert B.request_figures(0.0, 1.0, [(0.5, "a"), (0.5, "b"), (0.5, "c")])["burst"] is True
+    assert B.request_figures(0.0, 1.0, [(0.5, "a"), (0.5, "b")])["burst"] is False
+    run = {"started": 0.0, "ended": 1.001, "requests": [figures, steady]}
+    level = B.level_figures(2, [run])
+    assert level["burst_requests"] == 1
+    doc = {"levels": [level]}
+    lines = B.summary_lines(doc)
+    assert lines[1] == ("  1 of 2 request(s) at concurrency 2 got their tokens in bursts (median gap under 0.1 ms): "
+                        "their ITL and tokens/s show buffering on the way, not decoding; the aggregate still holds")
+    assert len(B.summary_lines({"levels": [B.level_figures(1, [dict(run, requests=[steady])])]})) == 1
+
+
 def test_request_without_text_or_with_one_token_has_no_rate():
     nothing = B.request_figures(0.0, 1.0, [(0.1, ""), (0.2, "")], usage_tokens=0)
     assert nothing["ttft_s"] is None and nothing["request_tok_s"] is None and nothing["tokens"] == 0
