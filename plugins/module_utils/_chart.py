@@ -138,7 +138,10 @@ def render(data, plt, title=""):
             ax.set_xlabel("concurrency (requests at once)")
             ax.set_ylabel(panel["ylabel"])
             ax.set_title(panel["title"])
-            ax.set_ylim(bottom=0)
+            # Room above the highest line or roofline, so neither sits on the frame under the legend.
+            highest = [p[1] for line in panel["lines"] for p in line["points"]]
+            highest += [roof["bound_tok_s"] for roof in panel.get("rooflines", [])]
+            ax.set_ylim(bottom=0, top=max(highest) * 1.25 if highest and max(highest) > 0 else None)
             ax.grid(True, alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7, loc="best")
