@@ -29,9 +29,9 @@ description:
   - "Percentiles are linear interpolations between the two nearest ranks (rank (n - 1) x q / 100 from 0;
     numpy's default): p50 of [1, 2, 3, 4] is 2.5, p90 3.7."
   - One warm-up request (O(warmup)) goes first and is not counted.
-  - A request whose token events arrive with a median gap under 0.1 ms got its tokens in a burst (buffered on the
-    way, e.g. by a server that fell behind): no decode step is that short, so its ITL and tokens/s show the
-    buffering. Each level counts such requests (C(burst_requests)) and the summary says so; the aggregate holds.
+  - "A request whose token events arrive with a median gap under 0.1 ms got its tokens in a burst (buffered on the
+    way, for example by a server that fell behind); no decode step is that short, so its ITL and tokens/s show the
+    buffering. Each level counts such requests (C(burst_requests)) and the summary says so; the aggregate holds."
   - The result (RV(benchmark)) carries the model, the deployed O(flags) and O(image_digest) and the
     workload (prompt hash, O(max_tokens), O(temperature), O(ignore_eos)); save it per host and pass it as
     O(baseline) to a later run, which then compares each figure and says better, worse or unchanged
