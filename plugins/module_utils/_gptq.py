@@ -92,7 +92,7 @@ _ROW_PARALLEL = ("o_proj", "down_proj", "dense", "out_proj", "fc2", "w2", "wo", 
 _COLUMN_PARALLEL = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "qkv_proj", "gate_up_proj",
                     "query_key_value", "fc1", "w1", "w3", "c_attn", "c_fc")
 # Layers that stay float16: vLLM's gptq config quantizes the LM head only with lm_head: true.
-_FP16_LAYERS = ("lm_head",)
+FP16_LAYERS = ("lm_head",)
 
 # Error of the repacked weights against the exact NVFP4 values, per group size, as measured by
 # benchmarks/nvfp4_repack.py (`make bench-repack`, seed 15; docs/performance.md, "NVFP4 -> GPTQ
@@ -549,7 +549,7 @@ class GptqTarget(object):
     def layer_entry(self, prefix, inputs, shape):
         rows, half = shape
         cols = half * 2
-        if prefix.rsplit(".", 1)[-1] in _FP16_LAYERS:
+        if prefix.rsplit(".", 1)[-1] in FP16_LAYERS:
             return self.fp16.layer_entry(prefix, inputs, shape)
         problems = shape_problems(prefix, rows, cols, self.group_size)
         if rows == 0 or cols == 0:

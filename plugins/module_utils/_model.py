@@ -28,7 +28,7 @@ import struct
 
 from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import GROUP_SIZES, repacked_tensor_bytes
 # The NVFP4 layers the repacker writes as float16 instead (the LM head).
-from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import _FP16_LAYERS as GPTQ_FP16_LAYERS
+from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import FP16_LAYERS as GPTQ_FP16_LAYERS
 from ansible_collections.labfleet.vllm.plugins.module_utils._nvfp4 import BLOCK as NVFP4_BLOCK
 from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
     KNOWN_VLLM_QUANT_METHODS,
