@@ -20,6 +20,8 @@ __metaclass__ = type
 
 import ipaddress
 
+from ansible_collections.labfleet.vllm.plugins.module_utils._unit import is_loopback as unit_is_loopback
+
 # Host outcomes whose instances serve (docs/fleet_report.md): deployed now, or already serving.
 SERVING_OUTCOMES = ("deployed", "serving")
 # Instance statuses that mean the container answered the smoke test in this run.
@@ -35,11 +37,8 @@ def _ip(address):
 
 
 def is_loopback(address):
-    """True for an IPv4 127.0.0.0/8 address, the IPv6 loopback, or the name localhost."""
-    ip = _ip(address)
-    if ip is None:
-        return str(address or "").strip().lower() == "localhost"
-    return ip.is_loopback
+    """_unit.is_loopback (127.0.0.0/8, ::1, localhost) of a recorded address, brackets, spaces and case aside."""
+    return unit_is_loopback(str(address or "").strip().strip("[]").lower())
 
 
 def is_any_address(address):
