@@ -16,6 +16,15 @@
 # per scenario, and what the scenarios build on the controller (the stand-in image tarballs,
 # tests/images/openai-standin/build.sh) is built under a lock; `make molecule` builds it first.
 #
+# Each scenario's steps are timed (scripts/molecule_steps.py: .cache/molecule-logs/<scenario>.steps),
+# and .cache/molecule-logs/summary gets one line per scenario: "<scenario> passed|FAILED <seconds>
+# <step>=<seconds> ...", which `make test`'s closing table reads.
+#
+# Nothing is left in Docker: every platform is created with keep_volumes false and the label
+# org.labfleet.scenario=<scenario> (molecule.yml), so destroy removes its anonymous volumes; after a
+# scenario ends (passed, failed or interrupted) any container still carrying its label is removed
+# with its volumes, and said so.
+#
 # The secrets the scenarios use are canaries (molecule/shared/secret-canaries, one per line): a
 # scenario whose output (Ansible's, at the verbosity and with the --diff its molecule.yml asks for)
 # holds one of them fails, whatever its own result.
@@ -53,13 +62,25 @@ mapfile -t scenarios < <(
     | sort -k1,1nr -k2,2 | awk '{print $2}')
 
 declare -A pid_scenario=() started=()
+: >"${logdir}/summary"
 passed=0 failed=0 failures=() running=0 next=0 new_durations=()
+
+# Remove what a scenario's destroy left in Docker (a run that was killed, a destroy that failed).
+sweep() {
+  local s=$1 ids
+  ids=$(docker ps -aq --filter "label=org.labfleet.scenario=${s}" 2>/dev/null) || return 0
+  [ -n "${ids}" ] || return 0
+  echo "molecule-all.sh: ${s} left $(grep -c . <<<"${ids}") container(s) behind; removing them with their volumes"
+  # shellcheck disable=SC2086 # one ID a word
+  docker rm -fv ${ids} >/dev/null 2>&1 || true
+}
 
 stop_all() {
   trap - INT TERM
   echo "molecule-all.sh: interrupted; stopping the running scenarios" >&2
   for pid in "${!pid_scenario[@]}"; do kill -TERM "${pid}" 2>/dev/null; done
   wait
+  for pid in "${!pid_scenario[@]}"; do sweep "${pid_scenario[${pid}]}"; done
   exit 130
 }
 trap stop_all INT TERM
@@ -68,7 +89,9 @@ start_one() {
   local s=$1
   echo "=== molecule scenario ${s}: started ($(date +%T), log ${logdir#"${top}/"}/${s}.log)"
   started[${s}]=$(date +%s)
-  molecule test -s "${s}" </dev/null >"${logdir}/${s}.log" 2>&1 &
+  ( set -o pipefail
+    molecule test -s "${s}" </dev/null 2>&1 \
+      | python3 "${top}/scripts/molecule_steps.py" "${logdir}/${s}.log" "${logdir}/${s}.steps" ) &
   pid_scenario[$!]=${s}
   running=$((running + 1))
 }
@@ -105,6 +128,8 @@ while [ "${next}" -lt ${#scenarios[@]} ] || [ "${running}" -gt 0 ]; do
     cat "${logdir}/${s}.log"
   fi
   echo "=== molecule scenario ${s}: ${verdict} in ${secs} s"
+  sweep "${s}"
+  echo "${s} ${verdict} ${secs} $(tr ' ' '=' <"${logdir}/${s}.steps" 2>/dev/null | paste -sd' ')" >>"${logdir}/summary"
 done
 
 # Remember how long each passed scenario took, for the order of the next run.
