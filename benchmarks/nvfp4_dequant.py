@@ -4,9 +4,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """NVFP4 -> FP16 dequantization benchmark (issue 12, "Speed and memory"; `make bench`).
 
-Run with the benchmark venv (numpy + torch, see the Makefile's `bench` target):
+Run in the compat venv (numpy + torch==2.13.0+cpu, see the Makefile's `compat-venv` target):
 
-    .cache/bench-venv/bin/python benchmarks/nvfp4_dequant.py --size-gb 2
+    make bench SIZE_GB=2
 
 1. Writes a synthetic NVFP4 ModelOpt checkpoint (Llama-3.1-8B layer shapes, random codes, ~SIZE GB
    of packed weights) under .cache/bench/ (after checking free disk).

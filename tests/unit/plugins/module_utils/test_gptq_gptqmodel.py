@@ -40,8 +40,8 @@ import sys
 
 import pytest
 
-_INSTALL_HINT = ("`make bench-gptq-compat` installs torch==2.13.0+cpu and gptqmodel==7.7.0 into .cache/gptq-venv "
-                 "and runs this file there")
+_INSTALL_HINT = ("`make compat` (a stage of make test) installs torch==2.13.0+cpu and gptqmodel==7.7.0 into its "
+                 "own venv and runs this file there")
 if os.environ.get("LABFLEET_GPTQ_COMPAT") == "1":
     import torch  # a broken install must fail here, not skip
     importlib.import_module("gptqmodel")

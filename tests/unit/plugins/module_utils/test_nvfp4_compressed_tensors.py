@@ -55,8 +55,8 @@ import os
 
 import pytest
 
-_INSTALL_HINT = ("`make bench-compat` installs torch==2.13.0+cpu and compressed-tensors==0.20.1 into "
-                 ".cache/bench-venv and runs this file there")
+_INSTALL_HINT = ("`make compat` (a stage of make test) installs torch==2.13.0+cpu and compressed-tensors==0.20.1 "
+                 "into its own venv and runs this file there")
 if os.environ.get("LABFLEET_NVFP4_COMPAT") == "1":
     import torch  # a broken install must fail here, not skip
     import compressed_tensors as ct
