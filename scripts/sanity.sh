@@ -11,8 +11,9 @@ ansible_test="$(dirname "${python}")/ansible-test"
 pyver=$("${python}" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
 # ansible-test keeps its per-test virtualenvs under ~/.ansible/test; keep them in the project's
-# .cache instead, with a pip bootstrap that works without ansible's CI file host (see the script).
-export HOME="${top}/.cache/ansible-test-home"
+# cache instead (beside the pip cache, outside the checkout, so that a fresh clone on the same
+# machine reuses them), with a pip bootstrap that works without ansible's CI file host (see the script).
+export HOME="${LABFLEET_CACHE_DIR:-${HOME}/.cache/labfleet}/ansible-test-home"
 mkdir -p "${HOME}/.ansible/test/cache"
 # The pip version ansible-test bootstraps is pinned in its sources (pip='24.2').
 for v in $(grep -ohE "pip='[0-9.]+'" "$(dirname "$("${python}" -c 'import ansible_test; print(ansible_test.__file__)')")/_internal/python_requirements.py" | tr -dc '0-9.\n' | sort -u); do
