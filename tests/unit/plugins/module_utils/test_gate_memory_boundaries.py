@@ -1,0 +1,305 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Boundary tests for every memory comparison of the gate (issue 22, part 5).
+
+Each comparison of bytes, MiB, GiB, tokens or disk in _gate.py, _vllm_memory.py and _plan.py is
+tried exactly on its boundary (the model that fits to the byte, the context that fits to the
+token) and one unit to each side, and each test says which side vLLM 0.8.5 is on, with its source
+(paths inside the release sdist, as in facts.md and docs/deploy_gate.md). Inputs are built with
+the modules' own constants; the expected numbers are worked out here by hand.
+
+The fixed frame: one V100 32 GB, gpu_memory_utilization 0.5 and policy reserve_mib 1536, so the
+usable memory is 32768 MiB x 0.5 - 1536 MiB = 14848 MiB to the byte (no float rounding, no
+modelled reserve moving with max_model_len). Llama-3.1-8B's config.json (32 layers, 8 KV heads,
+head_dim 128) in float16 holds 2 x 32 x 8 x 128 x 2 = 131072 bytes of KV cache per token
+(facts.md section 8), so an 8192-token sequence is exactly 1 GiB.
+
+How vLLM 0.8.5 decides, the sources the tests below cite:
+
+- V0 (every GPU below compute capability 8.0, so the V100): vllm/worker/worker.py
+  determine_num_available_blocks: available = total x gpu_memory_utilization - (weights + profile
+  peak + non-torch memory); num_gpu_blocks = max(int(available // cache_block_size), 0); then
+  raise_if_cache_size_invalid raises "No available memory for the cache blocks" when
+  num_gpu_blocks <= 0, and "The model's max seq len (L) is larger than the maximum number of tokens
+  that can be stored in KV cache (N)" when L > block_size x (num_gpu_blocks // pipeline_parallel_size).
+- V1 (0.8.5 on 8.0 and up): vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory raises
+  when available_memory <= 0 and when needed_memory > available_memory, needed_memory being
+  FullAttentionSpec.max_memory_usage_bytes = cdiv(max_model_len, block_size) x page_size_bytes
+  (vllm/v1/kv_cache_interface.py).
+
+So in both engines a context whose KV cache needs exactly the memory left fits, and no KV memory
+at all is a refusal. Both count whole blocks (16 tokens by default); the contexts here are
+multiples of 16, where the gate's byte count and vLLM's block count agree exactly.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+import os
+import sys
+
+import pytest
+
+from ansible_collections.labfleet.vllm.plugins.module_utils import _policy
+from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError, evaluate
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_plan_fp16_fallback as TF  # noqa: E402  (the Llama-3.1-8B config.json and its NVFP4 checkpoint's facts)
+
+TODAY = datetime.date(2026, 9, 1)
+MIB = 1024 ** 2
+GIB = 1024 ** 3
+
+V100 = {"name": "Tesla V100-PCIE-32GB", "compute_capability": "7.0", "memory_total_mib": 32768}
+# vllm/vllm-openai:v0.8.5 as released: CUDA_VERSION=12.4.0 (_policy.VLLM_RELEASES["0.8.5"]).
+IMAGE_0_8_5 = {"cuda_version": "12.4.0", "require_cuda": _policy.require_cuda_string("12.4"),
+               "arch_list": ["7.0", "7.5", "8.0", "8.6", "8.9", "9.0+PTX"],
+               "quantization_methods": _policy.VLLM_RELEASES["0.8.5"]["quantization_methods"],
+               "vllm_version": "0.8.5"}
+# meta-llama/Llama-3.1-8B-Instruct config.json, as the serving-path tests type it.
+LLAMA_8B = TF.LLAMA
+# The same without num_hidden_layers: the KV cache per token is unknown, only the weights are judged.
+NO_KV_SHAPE = dict((k, v) for k, v in LLAMA_8B.items() if k != "num_hidden_layers")
+
+RESERVE_MIB = 1536
+USABLE = (32768 // 2 - RESERVE_MIB) * MIB            # 14848 MiB
+PER_TOKEN = 2 * 32 * 8 * 128 * 2                     # 128 KiB
+CONTEXT = 8192
+SEQ = CONTEXT * PER_TOKEN                            # 1 GiB
+ARGS = {"tensor_parallel_size": 1, "dtype": "float16", "gpu_memory_utilization": 0.5, "max_model_len": CONTEXT,
+        "max_num_seqs": 8}
+
+
+def gate(weights, model=None, gpus=1, reserve_mib=RESERVE_MIB, **vllm):
+    model = LLAMA_8B if model is None else model
+    args = dict(ARGS, **vllm)
+    memories = gpus if isinstance(gpus, list) else [32768] * gpus
+    return evaluate(gpus=[dict(V100, memory_total_mib=m) for m in memories], driver_version="580.95.05",
+                    image=IMAGE_0_8_5, model=dict(model, weight_bytes=weights), vllm=args,
+                    policy_overrides={"reserve_mib": reserve_mib}, today=TODAY)
+
+
+def codes(items):
+    return [item["code"] for item in items]
+
+
+def vram_message(result):
+    found = [r["message"] for r in result["reasons"] if r["code"] == "INSUFFICIENT_VRAM"]
+    assert len(found) == 1, result["reasons"]
+    return found[0]
+
+
+# --- _gate.memory_plan: weights against the usable memory -----------------------------------------
+
+
+@pytest.mark.parametrize("tp, offload_gb, weights, per_gpu, allowed", [
+    (1, 0, USABLE, USABLE, True),
+    (1, 0, USABLE + 1, USABLE + 1, False),
+    # TP 2: each GPU holds ceil(weights / 2).
+    (2, 0, 2 * USABLE, USABLE, True),
+    (2, 0, 2 * USABLE + 1, USABLE + 1, False),
+    # cpu_offload_gb 0.5: vLLM offloads int(0.5 x 1024**3) bytes per GPU (vllm/worker/model_runner.py
+    # set_cpu_offload_max_bytes), parameter by parameter until that much is on the CPU
+    # (vllm/model_executor/models/utils.py maybe_offload_to_cpu: at least that much).
+    (1, 0.5, USABLE + GIB // 2, USABLE, True),
+    (1, 0.5, USABLE + GIB // 2 + 1, USABLE + 1, False),
+    # Offloading more than there is leaves 0 bytes on the GPU, not less (vLLM's loop runs out of
+    # parameters), and the whole usable memory to the KV cache.
+    (1, 2, GIB, 0, True),
+])
+def test_weights_that_fill_the_usable_memory_to_the_byte_pass_the_weights_check(tp, offload_gb, weights, per_gpu, allowed):
+    """_gate.memory_plan `per_gpu > usable`: weights equal to the usable memory pass, one byte more
+    is INSUFFICIENT_VRAM for the weights.
+
+    vLLM has no comparison of the weights alone: it subtracts them with the profile peak from
+    total x util and sizes the KV cache from the rest (vllm/worker/worker.py
+    determine_num_available_blocks), so the rule is modelled on that subtraction. Weights over the
+    budget leave a negative rest, which vLLM clamps to 0 blocks and refuses ("No available memory
+    for the cache blocks", raise_if_cache_size_invalid) when the weights load at all. Weights
+    exactly equal to the budget leave 0 bytes: that is a KV-cache refusal, not a weights one, so
+    the weights check lets equality through to the KV check below (next test). Here the KV shape
+    is unknown, so only the weights are judged (MEMORY_PLAN_INCOMPLETE).
+    """
+    result = gate(weights, model=NO_KV_SHAPE, gpus=tp, tensor_parallel_size=tp, cpu_offload_gb=offload_gb)
+    plan = result["plan"]
+    assert plan["usable_bytes_per_gpu"] == USABLE
+    assert plan["weights_bytes_per_gpu"] == per_gpu
+    assert plan["kv_cache_bytes_per_gpu"] == max(0, USABLE - per_gpu)
+    assert result["allowed"] is allowed, result["reasons"]
+    if allowed:
+        assert "MEMORY_PLAN_INCOMPLETE" in codes(result["warnings"])
+    else:
+        assert codes(result["reasons"]) == ["INSUFFICIENT_VRAM"]
+        assert vram_message(result).startswith("the weights need 14.5 GiB per GPU")
+
+
+@pytest.mark.parametrize("weights, kv_budget, which", [
+    (USABLE - 1, 1, "the KV cache for one 8192-token sequence"),
+    (USABLE, 0, "the KV cache for one 8192-token sequence"),
+    (USABLE + 1, 0, "the weights need"),
+    (USABLE + SEQ, 0, "the weights need"),
+])
+def test_weights_that_leave_no_kv_memory_are_refused_as_vllm_refuses_them(weights, kv_budget, which):
+    """With the KV shape known, weights that fill the usable memory exactly are refused by the KV
+    check: 0 bytes left, and vLLM 0.8.5 stops with "No available memory for the cache blocks"
+    (V0 vllm/worker/worker.py raise_if_cache_size_invalid: num_gpu_blocks <= 0; V1
+    vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory: available_memory <= 0). The
+    budget left is clamped at 0 as vLLM clamps num_gpu_blocks = max(num_gpu_blocks, 0)."""
+    result = gate(weights)
+    plan = result["plan"]
+    assert plan["kv_cache_bytes_per_gpu"] == kv_budget
+    assert plan["kv_cache_tokens"] == 0
+    assert plan["fits_one_sequence"] is False and plan["max_concurrent_full_sequences"] == 0
+    assert codes(result["reasons"]) == ["INSUFFICIENT_VRAM"]
+    assert vram_message(result).startswith(which)
+
+
+# --- _gate.memory_plan: one max_model_len sequence of KV cache --------------------------------------
+
+
+@pytest.mark.parametrize("weights, max_model_len, allowed, kv_tokens, concurrent", [
+    (USABLE - SEQ, CONTEXT, True, CONTEXT, 1),                   # fits to the byte
+    (USABLE - SEQ + 1, CONTEXT, False, CONTEXT - 1, 0),          # one byte short
+    (USABLE - SEQ, CONTEXT + 16, False, CONTEXT, 0),             # one block more
+    (USABLE - SEQ, CONTEXT + 1, False, CONTEXT, 0),              # one token more
+    (USABLE - SEQ, CONTEXT - 16, True, CONTEXT, 1),
+    # max_concurrent_full_sequences is the budget // one sequence: 2 exactly, then 1.
+    (USABLE - 2 * SEQ, CONTEXT, True, 2 * CONTEXT, 2),
+    (USABLE - 2 * SEQ + 1, CONTEXT, True, 2 * CONTEXT - 1, 1),
+])
+def test_a_context_that_fits_to_the_token_is_allowed(weights, max_model_len, allowed, kv_tokens, concurrent):
+    """_gate.memory_plan `seq_bytes <= kv_budget`: a sequence whose KV cache needs exactly the
+    memory left fits. vLLM 0.8.5 is on the same side: V0 raises only when max_model_len >
+    block_size x num_gpu_blocks (vllm/worker/worker.py raise_if_cache_size_invalid, "The model's
+    max seq len ... is larger than the maximum number of tokens that can be stored in KV cache"),
+    V1 only when needed_memory > available_memory (vllm/v1/core/kv_cache_utils.py
+    check_enough_kv_cache_memory). 8192 tokens are 512 whole blocks of 16, so vLLM's
+    num_gpu_blocks = 1 GiB // (16 x 128 KiB) = 512 holds exactly max_model_len; one byte less
+    leaves 511 blocks (8176 tokens) and one token more needs 513."""
+    result = gate(weights, max_model_len=max_model_len)
+    plan = result["plan"]
+    assert plan["kv_cache_bytes_per_gpu"] == USABLE - weights
+    assert plan["sequence_kv_bytes_per_gpu"] == max_model_len * PER_TOKEN
+    assert plan["kv_cache_tokens"] == kv_tokens
+    assert plan["fits_one_sequence"] is allowed
+    assert plan["max_concurrent_full_sequences"] == concurrent
+    assert result["allowed"] is allowed, result["reasons"]
+    if not allowed:
+        assert vram_message(result).startswith("the KV cache for one %d-token sequence" % max_model_len)
+
+
+@pytest.mark.parametrize("kv_tokens, suggested", [
+    (16, 16), (1023, 1008), (1024, 1024), (2047, 1024), (2048, 2048),
+])
+def test_the_suggested_max_model_len_is_whole_blocks_that_fit(kv_tokens, suggested):
+    """The KV refusal suggests the tokens left rounded down to 1024 (from 1024 tokens up) or to 16
+    below that: whole 16-token blocks, vLLM 0.8.5's block_size when none is given
+    (vllm/platforms/cuda.py check_and_update_config), so the suggestion also fits in vLLM's block
+    count (V0: block_size x num_gpu_blocks). At exactly 1024 tokens both roundings give 1024 (a `>` there would change
+    nothing). The suggested context fits with the same weights."""
+    weights = USABLE - kv_tokens * PER_TOKEN
+    result = gate(weights)
+    assert result["plan"]["kv_cache_tokens"] == kv_tokens
+    assert "lower max_model_len to %d or less" % suggested in vram_message(result)
+    again = gate(weights, max_model_len=suggested)
+    assert again["allowed"] is True, again["reasons"]
+
+
+@pytest.mark.parametrize("weights, offload_gb, reserve_mib, gpus_hint, offload_hint", [
+    # One byte, one GiB and one GiB + 1 byte over: offload ceil(over / GiB + offload + 1) GiB.
+    (USABLE + 1, 0, RESERVE_MIB, 2, 2),
+    (USABLE + GIB, 0, RESERVE_MIB, 2, 2),
+    (USABLE + GIB + 1, 0, RESERVE_MIB, 2, 3),
+    (2 * USABLE, 0, RESERVE_MIB, 2, 16),
+    (2 * USABLE + 1, 0, RESERVE_MIB, 3, 16),
+    # Already offloading 1 GiB and one byte over: 1 more GiB, plus the spare one.
+    (USABLE + GIB + 1, 1, RESERVE_MIB, 2, 3),
+    # A reserve that takes the whole budget: no GPU count can help, only the offload is named.
+    (GIB, 0, 32768 // 2, None, 2),
+])
+def test_the_ways_out_of_a_weights_refusal(weights, offload_gb, reserve_mib, gpus_hint, offload_hint):
+    """The weights refusal names the GPU count ceil(weights / (usable + offload)) when usable > 0,
+    and cpu_offload_gb ceil((per_gpu - usable) / GiB + offload + 1): the smallest whole GiB
+    that fits plus one spare. Either way out, taken, passes the weights check (vLLM: with N GPUs
+    each holds weights / N, and --cpu-offload-gb moves at least that many bytes off the GPU)."""
+    result = gate(weights, model=NO_KV_SHAPE, reserve_mib=reserve_mib, cpu_offload_gb=offload_gb)
+    text = vram_message(result)
+    assert "offload at least %d GiB per GPU to CPU memory" % offload_hint in text
+    if gpus_hint is None:
+        assert result["plan"]["usable_bytes_per_gpu"] == 0
+        assert "spread it over" not in text
+    else:
+        assert "spread it over %d or more such GPUs" % gpus_hint in text
+        spread = gate(weights, model=NO_KV_SHAPE, reserve_mib=reserve_mib, cpu_offload_gb=offload_gb, gpus=gpus_hint,
+                      tensor_parallel_size=gpus_hint)
+        assert "INSUFFICIENT_VRAM" not in codes(spread["reasons"]), spread["reasons"]
+        narrower = gate(weights, model=NO_KV_SHAPE, reserve_mib=reserve_mib, cpu_offload_gb=offload_gb,
+                        gpus=gpus_hint - 1, tensor_parallel_size=gpus_hint - 1)
+        assert "INSUFFICIENT_VRAM" in codes(narrower["reasons"])
+    offloaded = gate(weights, model=NO_KV_SHAPE, reserve_mib=reserve_mib, cpu_offload_gb=offload_hint)
+    assert "INSUFFICIENT_VRAM" not in codes(offloaded["reasons"]), offloaded["reasons"]
+
+
+@pytest.mark.parametrize("reserve_mib, usable", [
+    (32768 // 2 - 1, MIB), (32768 // 2, 0), (32768 // 2 + 1, 0),
+])
+def test_usable_memory_is_never_negative(reserve_mib, usable):
+    """usable = max(0, total x util - reserve): a reserve beyond the budget leaves 0, not less, as
+    vLLM's num_gpu_blocks = max(num_gpu_blocks, 0) (vllm/worker/worker.py
+    determine_num_available_blocks); any weights are then refused."""
+    result = gate(1, reserve_mib=reserve_mib)
+    assert result["plan"]["usable_bytes_per_gpu"] == usable
+    assert result["plan"]["kv_cache_bytes_per_gpu"] == max(0, usable - 1)
+    assert codes(result["reasons"]) == ["INSUFFICIENT_VRAM"]
+
+
+@pytest.mark.parametrize("tp, per_token", [
+    (1, 2 * 28 * 2 * 128 * 2), (2, 2 * 28 * 1 * 128 * 2), (4, 2 * 28 * 1 * 128 * 2),
+])
+def test_kv_heads_are_replicated_when_tensor_parallel_exceeds_them(tp, per_token):
+    """max(1, kv_heads // tp): at tp == kv_heads each GPU holds one KV head, and above it still one
+    (replicated), never 0: vllm/config.py ModelConfig.get_num_kv_heads returns
+    max(1, total_num_kv_heads // tensor_parallel_size) (facts.md section 8).
+    Qwen/Qwen2.5-1.5B-Instruct config.json: 28 layers, 12 heads, 2 KV heads, head_dim 128."""
+    qwen = {"num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2, "hidden_size": 1536,
+            "intermediate_size": 8960, "vocab_size": 151936, "max_position_embeddings": 32768,
+            "torch_dtype": "bfloat16", "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}
+    result = gate(3 * 10 ** 9, model=qwen, gpus=tp, tensor_parallel_size=tp)
+    assert result["plan"]["kv_bytes_per_token_per_gpu"] == per_token
+
+
+@pytest.mark.parametrize("memories, uneven", [
+    ([20000, 19000], False), ([20000, 18999], True), ([19000, 20000], False),
+])
+def test_the_plan_uses_the_smallest_gpu_and_warns_below_95_percent(memories, uneven):
+    """The plan sizes every GPU like the smallest, as vLLM does: the executor takes the minimum of
+    the workers' block counts (vllm/executor/executor_base.py determine_num_available_blocks).
+    GPU_MEMORY_UNEVEN is the gate's own threshold (vLLM has none): smallest < 0.95 x largest, so
+    19000 MiB next to 20000 MiB (exactly 95%) is even and 18999 MiB is not."""
+    result = gate(10 ** 9, gpus=memories, tensor_parallel_size=2)
+    assert result["plan"]["gpu_memory_total_bytes"] == min(memories) * MIB
+    assert ("GPU_MEMORY_UNEVEN" in codes(result["warnings"])) is uneven
+
+
+@pytest.mark.parametrize("key, value, ok", [
+    ("gpu_memory_utilization", 1.0, True),
+    ("gpu_memory_utilization", 1.000001, False),
+    ("gpu_memory_utilization", 0.000001, True),
+    ("gpu_memory_utilization", 0, False),
+    ("cpu_offload_gb", 0, True),
+    ("cpu_offload_gb", -0.000001, False),
+])
+def test_memory_arguments_at_their_bounds(key, value, ok):
+    """vLLM 0.8.5 takes gpu_memory_utilization 1.0 and refuses more ("GPU memory utilization must
+    be less than 1.0", raised on > 1.0 in vllm/config.py CacheConfig._verify_args), and takes
+    cpu_offload_gb 0 and refuses less ("CPU offload space must be non-negative", < 0, same place).
+    gpu_memory_utilization 0 starts in 0.8.5 but leaves no KV cache; the gate refuses it as input."""
+    if ok:
+        gate(10 ** 9, **{key: value})
+    else:
+        with pytest.raises(GateInputError, match="vllm.%s" % key):
+            gate(10 ** 9, **{key: value})
