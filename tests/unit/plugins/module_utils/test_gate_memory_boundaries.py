@@ -45,6 +45,7 @@ import sys
 import pytest
 
 from ansible_collections.labfleet.vllm.plugins.module_utils import _policy
+from ansible_collections.labfleet.vllm.plugins.module_utils import _vllm_memory as VM
 from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError, evaluate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -303,3 +304,110 @@ def test_memory_arguments_at_their_bounds(key, value, ok):
     else:
         with pytest.raises(GateInputError, match="vllm.%s" % key):
             gate(10 ** 9, **{key: value})
+
+
+# --- _vllm_memory.profile_reserve: the profile run's size ------------------------------------------
+
+
+def reserve(version=(0, 8, 5), cc=(7, 0), **args):
+    base = {"max_model_len": CONTEXT, "max_num_seqs": 8, "tensor_parallel_size": 1, "enforce_eager": True,
+            "compute_capability": cc, "gpu_memory_mib": 32768}
+    base.update(args)
+    keys = ("hidden_size", "intermediate_size", "vocab_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "head_dim")
+    model = dict((k, LLAMA_8B[k]) for k in keys)
+    return VM.profile_reserve(dict(model, dtype_bytes=2), base, version)
+
+
+@pytest.mark.parametrize("max_model_len, chunked, tokens", [
+    (2047, False, 2048), (2048, False, 2048), (2049, False, 2049),
+    (32768, False, 32768), (32769, True, 2048),
+])
+def test_v0_profiles_max_model_len_tokens_up_to_32k_and_2048_above(max_model_len, chunked, tokens):
+    """vLLM 0.8.5 V0 turns chunked prefill on by default only for max_model_len > 32768
+    (vllm/engine/arg_utils.py:1505, use_long_context), so 32768 is still profiled whole; without
+    chunked prefill SchedulerConfig sets max_num_batched_tokens = max(max_model_len, 2048)
+    (vllm/config.py:68, 1967-1984), with it 2048."""
+    result = reserve(max_model_len=max_model_len)
+    assert (result["engine"], result["chunked_prefill"], result["profile_tokens"]) == ("v0", chunked, tokens)
+
+
+@pytest.mark.parametrize("batched, seqs, rows", [(256, 256, 256), (256, 257, 256), (257, 256, 256)])
+def test_v0_profile_rows_never_exceed_the_profile_tokens(batched, seqs, rows):
+    """profile_run spreads max_num_batched_tokens over max_num_seqs prompts
+    (vllm/worker/model_runner.py:1233-1237); vLLM refuses fewer tokens than sequences
+    (vllm/config.py SchedulerConfig._verify_args: max_num_batched_tokens < max_num_seqs raises), so
+    equal is the smallest it takes and the model clamps the rows below it."""
+    result = reserve(max_num_batched_tokens=batched, max_num_seqs=seqs)
+    assert (result["profile_tokens"], result["profile_seqs"]) == (batched, rows)
+
+
+@pytest.mark.parametrize("memory_mib, tokens, rows", [(70 * 1024 - 1, 2048, 256), (70 * 1024, 8192, 1024)])
+def test_v1_0_8_5_takes_the_large_defaults_from_70_gib(memory_mib, tokens, rows):
+    """vLLM 0.8.5's V1 defaults (compute capability 8.0 and up): 8192 tokens and 1024 sequences for
+    the OpenAI server when the device has >= 70 GiB (vllm/engine/arg_utils.py:1596,
+    `device_memory >= 70 * GiB_bytes`), 2048 and 256 below."""
+    result = reserve(cc=(8, 0), gpu_memory_mib=memory_mib, max_num_seqs=None)
+    assert (result["engine"], result["profile_tokens"], result["profile_seqs"]) == ("v1", tokens, rows)
+
+
+@pytest.mark.parametrize("chunked, max_model_len, seqs, tokens", [
+    (False, 2048, 8, 2048), (False, 2049, 8, 2049),
+    (True, 1023, 2, 2046), (True, 1024, 2, 2048), (True, 1025, 2, 2048),
+])
+def test_v1_0_19_1_profile_tokens_at_their_clamps(chunked, max_model_len, seqs, tokens):
+    """vLLM 0.19.1: without chunked prefill max_num_batched_tokens is raised to max_model_len
+    (vllm/engine/arg_utils.py:2107-2114), and it is clamped to max_num_seqs x max_model_len
+    (arg_utils.py:2180-2230); the default on a GPU under 70 GiB is 2048."""
+    result = reserve(version=(0, 19, 1), enable_chunked_prefill=chunked, max_model_len=max_model_len, max_num_seqs=seqs)
+    assert (result["profile_tokens"], result["profile_seqs"]) == (tokens, min(seqs, tokens))
+
+
+@pytest.mark.parametrize("rows, per_element", [(1, 32), (2, 50), (127, 50), (128, 38)])
+def test_the_sort_scratch_per_logit_changes_at_2_and_128_rows(rows, per_element):
+    """Bytes per logit element at V0's full-vocabulary sort, float16 logits: 2 (logits) + 4 (the
+    float32 copy, vllm/model_executor/layers/sampler.py:270) + the larger of the sort (4 values + 8
+    indices + scratch) and the masks after it (26). PyTorch's scratch (aten SortStable.cu, third
+    party): 12 bytes for one row, 32 for 2 to 127 rows, 20 from 128 rows (segmented sort)."""
+    assert VM._sort_bytes_per_element(rows, 2) == per_element
+
+
+@pytest.mark.parametrize("seqs, triton", [(7, False), (8, True)])
+def test_0_19_1_uses_the_triton_sampler_from_8_rows(seqs, triton):
+    """vLLM 0.19.1 samples with the Triton top-k/top-p kernel (a cached buffer of
+    min(pow2(rows), SMs) x vocab float32) from 8 rows (vllm/v1/sample/ops/topk_topp_sampler.py:251)."""
+    sources = reserve(version=(0, 19, 1), max_num_seqs=seqs, max_num_batched_tokens=2048)["sources"]
+    assert any("topk_topp_triton.py" in s for s in sources) is triton
+
+
+@pytest.mark.parametrize("n, power", [(1, 1), (8, 8), (9, 16)])
+def test_the_triton_buffer_rows_round_up_to_a_power_of_two(n, power):
+    assert VM._next_pow2(n) == power
+
+
+@pytest.mark.parametrize("version, tp, non_torch, nccl", [
+    ((0, 8, 5), 1, 256, None), ((0, 8, 5), 2, 512, None), ((0, 19, 1), 1, 256, None), ((0, 19, 1), 2, 256, 256),
+])
+def test_multi_gpu_memory_starts_at_two_gpus(version, tp, non_torch, nccl):
+    """V0 with more than one GPU adds NCCL and custom all-reduce buffers after the baseline snapshot
+    (vllm/distributed/device_communicators/custom_all_reduce.py:56,156-161): the multi-GPU constant;
+    0.19.1 initialises NCCL before it, outside the budget (v1/worker/gpu_worker.py:254-283)."""
+    result = reserve(version=version, tensor_parallel_size=tp, max_num_batched_tokens=2048)
+    assert result["parts"]["non_torch"] == non_torch * MIB
+    assert result["outside_budget"].get("nccl") == (nccl * MIB if nccl else None)
+
+
+@pytest.mark.parametrize("layers, graphs_mib", [(18, 256), (19, 19 * 14)])
+def test_cuda_graphs_outside_the_budget_are_at_least_256_mib(layers, graphs_mib):
+    """CUDA graphs (enforce_eager off) are captured after the KV cache in V0 (vllm/worker/worker.py:
+    357-358): 14 MiB per layer, at least 256 MiB (vllm#11349, inferred)."""
+    result = reserve(enforce_eager=False, max_num_batched_tokens=2048)
+    assert result["outside_budget"]["cuda_graphs"] == 32 * 14 * MIB
+    model = dict(LLAMA_8B, num_hidden_layers=layers, dtype_bytes=2)
+    small = VM.profile_reserve(model, {"max_model_len": CONTEXT, "compute_capability": (7, 0)}, (0, 8, 5))
+    assert small["outside_budget"]["cuda_graphs"] == graphs_mib * MIB
+
+
+@pytest.mark.parametrize("value, parsed", [(2 ** 53, 2 ** 53), (2 ** 53 + 1, None), (1, 1), (0, None)])
+def test_counts_beyond_2_53_are_not_read(value, parsed):
+    assert VM._positive_int(value) == parsed
