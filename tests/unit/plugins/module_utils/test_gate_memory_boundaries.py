@@ -44,6 +44,8 @@ import sys
 
 import pytest
 
+from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq
+from ansible_collections.labfleet.vllm.plugins.module_utils import _plan as P
 from ansible_collections.labfleet.vllm.plugins.module_utils import _policy
 from ansible_collections.labfleet.vllm.plugins.module_utils import _vllm_memory as VM
 from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError, evaluate
@@ -411,3 +413,153 @@ def test_cuda_graphs_outside_the_budget_are_at_least_256_mib(layers, graphs_mib)
 @pytest.mark.parametrize("value, parsed", [(2 ** 53, 2 ** 53), (2 ** 53 + 1, None), (1, 1), (0, None)])
 def test_counts_beyond_2_53_are_not_read(value, parsed):
     assert VM._positive_int(value) == parsed
+
+
+# --- _plan: the FP16 copy and the GPTQ repack of an NVFP4 checkpoint --------------------------------
+
+# nvidia/Llama-3.1-8B-Instruct-FP4 (ModelOpt NVFP4): native is refused on a V100 with vLLM 0.8.5
+# (nvfp4 needs 10.0), which sends the plan to the FP16 copy, then to the GPTQ repack.
+NVFP4_8B = TF.LLAMA_8B_NVFP4
+SHAPES_8B = TF.decoder_shapes(4096, 32, 32, 8, 14336)
+
+
+def linear_bytes(group):
+    return sum(s["count"] * _gptq.repacked_tensor_bytes(s["out_features"], s["in_features"], group) for s in SHAPES_8B)
+
+
+def shaped(other):
+    """NVFP4_8B with its shapes, and ``other`` bytes kept float16 in the GPTQ copy."""
+    return dict(NVFP4_8B, nvfp4_linear_shapes=SHAPES_8B, nvfp4_other_bytes=other)
+
+
+def other_for(group, tokens):
+    """nvfp4_other_bytes that make the GPTQ copy at ``group`` leave exactly ``tokens`` of KV cache."""
+    return USABLE - tokens * PER_TOKEN - linear_bytes(group)
+
+
+def plan(model, max_model_len=CONTEXT, gpus=None, fp16_copy=None, gptq_copy=None, instances=None, **req):
+    request = {"image": "vllm/vllm-openai:v0.8.5", "model_path": "/srv/models/m", "served_model_name": "m",
+               "vllm_args": dict(ARGS, max_model_len=max_model_len),
+               "instances": instances or [{"name": "vllm", "port": 8000, "gpus": "all"}],
+               "driver": {"manage": True, "branch": "580"}}
+    request.update(req)
+    return P.plan(gpus=gpus or [dict(V100, index=0)], driver_version="580.95.05", image=dict(IMAGE_0_8_5),
+                  model=model, request=request, policy_overrides={"reserve_mib": RESERVE_MIB}, today=TODAY,
+                  fp16_copy=fp16_copy, gptq_copy=gptq_copy)
+
+
+@pytest.mark.parametrize("fp16_bytes, max_model_len, path", [
+    (USABLE - SEQ, CONTEXT, "fp16_fallback"),
+    (USABLE - SEQ + 1, CONTEXT, None),
+    (USABLE - SEQ, CONTEXT + 16, None),
+])
+def test_the_fp16_copy_is_taken_when_it_fits_to_the_byte(fp16_bytes, max_model_len, path):
+    """The FP16 copy is judged by the same memory plan (weights, then one max_model_len sequence,
+    `seq_bytes <= kv_budget`): exactly fitting, it is served; one byte or one block more and,
+    without the NVFP4 shapes to size a GPTQ copy, the host is refused. vLLM 0.8.5's side is that of
+    test_a_context_that_fits_to_the_token_is_allowed."""
+    verdict = plan(dict(NVFP4_8B, fp16_weight_bytes=fp16_bytes), max_model_len=max_model_len)
+    assert verdict["serving_path"] == path, verdict["reasons"]
+    if path:
+        assert verdict["allowed"] is True and verdict["plan"]["kv_cache_tokens"] == max_model_len
+    else:
+        assert codes(verdict["reasons"]) == ["QUANTIZATION_UNSUPPORTED_ON_ARCH", "INSUFFICIENT_VRAM"]
+
+
+@pytest.mark.parametrize("extra, max_model_len, group", [
+    (0, CONTEXT, 32), (1, CONTEXT, 64), (0, CONTEXT + 16, 64), (0, CONTEXT - 16, 32),
+])
+def test_the_smallest_gptq_group_that_fits_to_the_byte_is_taken(extra, max_model_len, group):
+    """Group 16 is refused by the kernel rule; group 32, sized to leave exactly CONTEXT tokens of KV
+    cache, is taken; one byte more of the copy, or one block more of context, and group 64 (smaller)
+    is. Same comparison and vLLM side as the FP16 copy."""
+    verdict = plan(shaped(other_for(32, CONTEXT) + extra), max_model_len=max_model_len)
+    assert verdict["serving_path"] == "gptq_repack", verdict["reasons"]
+    repack = verdict["serving"]["gptq_repack"]
+    assert repack["group_size"] == group
+    tried = dict((c["group_size"], c) for c in repack["candidates"])
+    assert tried[32]["kv_cache_tokens"] == CONTEXT - (1 if extra else 0)
+    assert tried[32]["allowed"] is (group == 32)
+
+
+@pytest.mark.parametrize("kv_tokens, suggested", [(1023, 1008), (1024, 1024)])
+def test_no_group_fits_suggests_the_largest_groups_context(kv_tokens, suggested):
+    """When no group size fits a 32768-token context, the refusal suggests group 128's KV tokens
+    rounded down to 1024 (from 1024 up) or 16, as the gate's own KV refusal does; taken, that
+    context fits with group 128 exactly."""
+    model = shaped(other_for(128, kv_tokens))
+    verdict = plan(model, max_model_len=32768)
+    assert verdict["allowed"] is False
+    assert "vllm_args.max_model_len: %d or less (group size 128)" % suggested in vram_message(verdict)
+    again = plan(model, max_model_len=suggested)
+    assert again["serving"]["gptq_repack"]["group_size"] == 128, again["reasons"]
+
+
+def test_the_repack_counts_the_tightest_instance():
+    """With several instances a group size's KV tokens are the smallest instance's (the one that
+    decides whether one sequence fits): a 16 GB V100 next to a 32 GB one."""
+    gpus = [dict(V100, index=0), dict(V100, index=1, name="Tesla V100-PCIE-16GB", memory_total_mib=16384)]
+    instances = [{"name": "big", "port": 8000, "gpus": [0]}, {"name": "small", "port": 8001, "gpus": [1]}]
+    other = other_for(32, CONTEXT) - 8 * GIB         # group 32 leaves 8 GiB more on the 32 GB GPU
+    verdict = plan(shaped(other), max_model_len=1024, gpus=gpus, instances=instances, serving_path="gptq_repack",
+                   gptq_group_size=32)
+    small = (32768 // 4 - RESERVE_MIB) * MIB - (linear_bytes(32) + other)
+    tokens = [i["memory_plan"]["kv_cache_tokens"] for i in verdict["instances"]]
+    assert tokens == [CONTEXT + 8 * GIB // PER_TOKEN, small // PER_TOKEN]
+    assert verdict["serving"]["gptq_repack"]["kv_cache_tokens"] == small // PER_TOKEN
+
+
+@pytest.mark.parametrize("short", [0, 1])
+@pytest.mark.parametrize("kind", ["fp16", "gptq"])
+def test_a_copy_that_fills_the_free_disk_to_the_byte_fits(kind, short):
+    """_plan._copy_disk `free < needed`: a copy exactly as large as the free space fits, one byte
+    less free is INSUFFICIENT_DISK. vLLM has no part here; the rule is the converter's, which runs
+    later and refuses on the same side (_nvfp4.py convert: `if free < output_bytes: raise`)."""
+    if kind == "fp16":
+        needed = USABLE - SEQ
+        verdict = plan(dict(NVFP4_8B, fp16_weight_bytes=needed), fp16_copy={"disk_free_bytes": needed - short})
+    else:
+        model = shaped(other_for(32, CONTEXT))
+        needed = linear_bytes(32) + model["nvfp4_other_bytes"]
+        verdict = plan(model, gptq_copy={"disk_free_bytes": needed - short})
+    assert verdict["serving"]["%s_copy" % kind]["disk_needed_bytes"] == needed
+    assert ("INSUFFICIENT_DISK" in codes(verdict["reasons"])) is bool(short)
+    assert verdict["allowed"] is not short
+
+
+@pytest.mark.parametrize("per_gpu, seq, ranks, size, offload, gpus", [
+    (USABLE - SEQ, SEQ, 1, USABLE - SEQ, None, None),            # fits: no way out needed
+    (USABLE - SEQ + 1, SEQ, 1, USABLE - SEQ + 1, 2, 2),          # one byte over
+    (USABLE - SEQ + GIB, SEQ, 1, USABLE, 2, 2),                  # one GiB over
+    (USABLE - SEQ + GIB + 1, SEQ, 1, USABLE + 1, 3, 2),
+    (1, USABLE, 1, 1, 2, None),                                  # no room left for weights
+    (USABLE - SEQ + 1, SEQ, 2, 2 * (USABLE - SEQ), 2, None),     # 2 GPUs of room: as many as now
+    (USABLE - SEQ + 1, SEQ, 2, 2 * (USABLE - SEQ) + 1, 2, 3),
+])
+def test_the_ways_out_of_a_copys_vram_refusal(per_gpu, seq, ranks, size, offload, gpus):
+    """_plan._vram_ways: cpu_offload_gb ceil(short / GiB) + 1 when weights + one sequence exceed the
+    usable memory (`short > 0`), and the GPU count ceil(size / room) when there is room
+    (`room > 0`) and it is more than now (`needed > ranks`)."""
+    ways = P._vram_ways({"gpus_used": ranks, "weights_bytes_per_gpu": per_gpu, "usable_bytes_per_gpu": USABLE,
+                         "sequence_kv_bytes_per_gpu": seq}, size)
+    expected = []
+    if offload:
+        expected.append("vllm_args.cpu_offload_gb: %d (--cpu-offload-gb %d" % (offload, offload))
+    if gpus:
+        expected.append("%d or more such GPUs (tensor_parallel_size)" % gpus)
+    assert [w[:len(e)] for w, e in zip(ways, expected)] == expected and len(ways) == len(expected)
+
+
+@pytest.mark.parametrize("field, value, ok", [
+    ("nvfp4_other_bytes", 2 ** 62, True), ("nvfp4_other_bytes", 2 ** 62 + 1, False),
+    ("out_features", 2 ** 40, True), ("out_features", 2 ** 40 + 1, False),
+])
+def test_copy_sizes_beyond_their_bounds_are_input_errors(field, value, ok):
+    shape = {"out_features": 4096, "in_features": 4096, "count": 1}
+    model = {"nvfp4_linear_shapes": [dict(shape, **{field: value}) if field != "nvfp4_other_bytes" else shape],
+             "nvfp4_other_bytes": value if field == "nvfp4_other_bytes" else 0}
+    if ok:
+        assert P.linear_shapes(model)[1] == model["nvfp4_other_bytes"]
+    else:
+        with pytest.raises(GateInputError, match=field):
+            P.linear_shapes(model)
