@@ -75,11 +75,15 @@ sweep() {
   docker rm -fv ${ids} >/dev/null 2>&1 || true
 }
 
+# Each scenario runs as a job of its own process group (set -m), so that stopping it stops the
+# playbooks it started too, before its containers are swept.
+set -m
 stop_all() {
   trap - INT TERM
   echo "molecule-all.sh: interrupted; stopping the running scenarios" >&2
-  for pid in "${!pid_scenario[@]}"; do kill -TERM "${pid}" 2>/dev/null; done
+  for pid in "${!pid_scenario[@]}"; do kill -TERM -- "-${pid}" 2>/dev/null; done
   wait
+  sleep 2
   for pid in "${!pid_scenario[@]}"; do sweep "${pid_scenario[${pid}]}"; done
   exit 130
 }
