@@ -175,9 +175,9 @@ def run_playbook(inventory_file):
             cmd += ["--extra-vars", json.dumps(extra_vars)]
         if limit:
             cmd += ["--limit", limit]
+        env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_VERBOSITY="0")
         # Only the json callback on stdout (the scenarios' profile_tasks would write there too).
-        env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_VERBOSITY="0",
-                   ANSIBLE_CALLBACKS_ENABLED="")
+        env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
         return PlaybookRun(proc.returncode, proc.stdout, proc.stderr)
 
