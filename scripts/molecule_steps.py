@@ -19,7 +19,7 @@ import time
 
 # "[<scenario> > <step>] Executing" without colours (PY_COLORS=0, as make sets it), "<scenario> ➜ <step>:
 # Executing" with them; colour codes are stripped first.
-STEP = re.compile(r"(?P<scenario>[\w.-]+)(?: > | \u279c )(?P<step>[a-z_]+)\]?:? (?P<what>Executing|Executed)")
+STEP = re.compile(r"(?P<scenario>[\w.-]+)(?: > | \u279c )(?P<step>[a-z_]+)\]?:? (?P<what>Executing$|Executed)")
 COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -35,7 +35,7 @@ def main(argv):
         for line in sys.stdin:
             log.write(line)
             log.flush()
-            match = STEP.search(COLOUR.sub("", line))
+            match = STEP.search(COLOUR.sub("", line).rstrip())
             if not match or match.group("step") == "discovery":
                 continue
             now = time.monotonic()
