@@ -19,6 +19,8 @@ set -euo pipefail
 group=${1:-32}
 case "$group" in 32 | 64 | 128) ;; *) echo "usage: $0 [32|64|128]" >&2; exit 2 ;; esac
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/lib/tiny-vllm.sh
+. "$top/scripts/lib/tiny-vllm.sh"
 PYTHON=${PYTHON:-python3}
 TIMEOUT_S=${TIMEOUT_S:-600}
 pybin=$(dirname "$(command -v "$PYTHON")")
@@ -36,23 +38,14 @@ say "vLLM $version ($VLLM)"
 [[ "$version" == 0.8.5 ]] || say "WARNING: this check is written for vLLM 0.8.5 (the fleet's image); found $version"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-repack.XXXXXX")
-server_pid=
 cleanup() {
-    if [[ -n "$server_pid" ]]; then
-        kill -TERM -- "-$server_pid" 2>/dev/null || true
-        for _ in $(seq 1 30); do kill -0 "$server_pid" 2>/dev/null || break; sleep 1; done
-        kill -KILL -- "-$server_pid" 2>/dev/null || true
-    fi
+    vllm_stop 30 || say "WARNING: processes of the server's group $vllm_server_pid are left behind"
     if [[ "${KEEP:-0}" == 1 ]]; then say "kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
 # 1. the NVFP4 checkpoint, with a tokenizer of the same vocabulary ------------------------------------
-"$PYTHON" "$top/tests/real_vllm/make_tokenizer.py" "$work/tokenizer" >"$work/tokenizer.json.out" \
-    || fail "make_tokenizer.py failed"
-vocab=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$work/tokenizer.json.out")
-"$PYTHON" "$top/tests/fake_model/make_model.py" "$work/nvfp4" --preset tiny-llama --nvfp4 modelopt --vocab "$vocab"
-cp "$work"/tokenizer/* "$work/nvfp4/"
+vocab=$(tiny_nvfp4 "$PYTHON" "$top" "$work") || fail "the tiny NVFP4 checkpoint could not be made"
 say "NVFP4 checkpoint: $(du -sk "$work/nvfp4" | cut -f1) KiB (tiny-llama: hidden 256, 2 layers, vocabulary $vocab)"
 
 # 2. the GPTQ copy ---------------------------------------------------------------------------------------
@@ -70,42 +63,21 @@ EOF
 port=$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$work/server.log
 say "starting: vllm serve $work/gptq --quantization gptq --dtype float16 on 127.0.0.1:$port"
-# setsid: the server in a process group of its own, so that cleanup stops the API server and its workers.
-setsid "$VLLM" serve "$work/gptq" --quantization gptq --dtype float16 --host 127.0.0.1 --port "$port" \
-    --served-model-name repack-check --max-model-len 512 --enforce-eager --gpu-memory-utilization 0.30 \
-    >"$log" 2>&1 </dev/null &
-server_pid=$!
+vllm_start "$log" "$PYTHON" "$VLLM" serve "$work/gptq" --quantization gptq --dtype float16 --host 127.0.0.1 \
+    --port "$port" --served-model-name repack-check --max-model-len 512 --enforce-eager \
+    --gpu-memory-utilization 0.30
 
 started=$(date +%s)
-until "$PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' \
-        "http://127.0.0.1:$port/health" 2>/dev/null; do
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-        tail -n 60 "$log"
-        fail "vLLM exited while starting (log above)"
-    fi
-    if (($(date +%s) - started > TIMEOUT_S)); then
-        tail -n 60 "$log"
-        fail "vLLM did not answer /health within $TIMEOUT_S s (log above)"
-    fi
-    sleep 2
-done
+waited=0
+vllm_wait "$PYTHON" "http://127.0.0.1:$port" "$TIMEOUT_S" || waited=$?
+case $waited in
+    1) tail -n 60 "$log"; fail "vLLM exited while starting (log above)" ;;
+    2) tail -n 60 "$log"; fail "vLLM did not answer /health within $TIMEOUT_S s (log above)" ;;
+esac
 say "vLLM ready in $(($(date +%s) - started)) s; what its log says about the quantization:"
 grep -iE "quantiz|gptq|exllama|marlin" "$log" | head -n 10 || true
 
-if "$PYTHON" - "http://127.0.0.1:$port/v1/completions" <<'EOF'
-import json, sys, urllib.request
-body = json.dumps({"model": "repack-check", "prompt": "The quick brown fox", "max_tokens": 12,
-                   "temperature": 0}).encode()
-request = urllib.request.Request(sys.argv[1], data=body, headers={"Content-Type": "application/json"})
-with urllib.request.urlopen(request, timeout=120) as response:
-    answer = json.load(response)
-print("gpu-check-repack: completion: %s" % json.dumps(answer, sort_keys=True))
-choice = answer["choices"][0]
-print("gpu-check-repack: text %r, finish_reason %s, usage %s" % (choice["text"], choice["finish_reason"],
-                                                                   answer.get("usage")))
-sys.exit(0 if answer.get("usage", {}).get("completion_tokens", 0) > 0 else 1)
-EOF
-then
+if vllm_completion "$PYTHON" "http://127.0.0.1:$port" repack-check | sed 's/^/gpu-check-repack: /'; then
     say "OK: vLLM $version served the repacked GPTQ copy with --quantization gptq"
 else
     tail -n 60 "$log"
