@@ -35,6 +35,7 @@ help:
 	@echo "make clean-images  remove the images, venv and download caches the test bed keeps"
 	@echo "make demo-screenshot  docs/images/fleet-report.png from reports/fleet-report.html (headless chromium)"
 	@echo "make check-real-vllm  smoke test + benchmark against a real vLLM (CPU build, own venv) serving a tiny model; optional, skips if it cannot install"
+	@echo "make check-gpu  every GPU check in one call, at most 8 min (gpu_facts vs the GPU, vLLM 0.8.5 serving the NVFP4 copies, the doctor); skips without a GPU"
 
 # The stages, their order and what runs beside what: scripts/test-all.sh (it ends with a table of each
 # stage's and each Molecule scenario's seconds; docs/performance.md keeps the latest).
@@ -161,6 +162,14 @@ bench: $(COMPAT_STAMP)
 # run against it through ansible-playbook. Prints "SKIPPED: ..." and exits 0 when vLLM cannot be installed.
 check-real-vllm: venv
 	PROJECT_BIN=$(BIN) scripts/check-real-vllm.sh
+
+# Optional, not part of make test (docs/gpu-check.md): every check that needs an NVIDIA GPU, in one call of at
+# most 8 minutes (gpu_facts against the GPU's own answers, vLLM 0.8.5 serving the tiny NVFP4 checkpoint's GPTQ
+# and FP16 copies with their logits against a reference, the doctor). Prints "SKIPPED: no NVIDIA GPU: <reason>"
+# and exits 0 on a machine without one. No venv prerequisite: it uses .venv when there, else makes its own.
+.PHONY: check-gpu
+check-gpu:
+	scripts/check-gpu.sh
 
 # The NVFP4 -> GPTQ int4 repacker benchmark (docs/performance.md, "NVFP4 -> GPTQ repacker"): numpy
 # only, so it runs in $(VENV).

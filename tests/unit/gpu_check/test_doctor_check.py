@@ -23,7 +23,7 @@ def report(models=("NVIDIA H200",), ccs=("9.0",), count=1, state="ok", doctor=Tr
     doc = {"report_format": 1, "hosts": [{
         "host": "localhost", "state": state, "backend": "nvml", "gpu_count": count, "gpu_models": list(models),
         "compute_capabilities": list(ccs), "driver_version": "570.124.06", "cuda_driver_version": "12.8",
-        "msg": "Found 1 NVIDIA GPU(s) via NVML", "verdict": "refused",
+        "msg": "Found 1 NVIDIA GPU(s) via NVML", "verdict": "refused", "serving_path": "fp16_fallback",
         "reasons": [{"code": "GPU_RUNTIME_BLOCKED", "message": "install nvidia-container-toolkit"}]}]}
     if doctor:
         doc["doctor"] = {"hosts": [{"host": "localhost", "status": "problem", "instances": [{"findings": [
@@ -37,7 +37,7 @@ def test_the_doctor_identified_the_gpu():
     ok, lines = doctor_check.judge(report(), doctor_check.read_smi(SMI), docker=False)
     assert ok, lines
     assert lines[0].startswith("probe: state ok via nvml; 1 GPU(s): NVIDIA H200, compute capability 9.0")
-    assert "gate: refused (reasons: GPU_RUNTIME_BLOCKED)" in lines
+    assert "gate: refused, serving path fp16_fallback (reasons: GPU_RUNTIME_BLOCKED)" in lines
     docker_line = [line for line in lines if line.strip().startswith("gpu_in_container")][0]
     assert "needs Docker, which this machine lacks" in docker_line and docker_line.endswith("...")
     assert any(line.strip() == "no_kernel_image: healthy: the arch list has SASS for 9.0" for line in lines)
