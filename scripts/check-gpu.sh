@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # make check-gpu (docs/gpu-check.md): every check of the collection that needs an NVIDIA GPU, in one call of
-# at most 8 minutes, with a summary table at the end. Not part of make test.
+# at most 8 minutes, with a summary table at the end. Not part of make test. In this order:
 #   gpu_facts  labfleet.vllm.gpu_facts through NVML and through nvidia-smi, field by field against the GPU's
 #              own answers (nvidia-smi --query-gpu, nvidia-smi -q -x, topo -m, libnvidia-ml through ctypes):
 #              tests/gpu/gpu_facts_check.py
-#   vllm       vLLM 0.8.5 from its PyPI wheel (own venv, .cache/gpu-venv) serves the tiny NVFP4 checkpoint's
-#              GPTQ repack and its FP16 copy (a completion and the prompt's log-probabilities from each), and
-#              its offline API gives the FP16 copy's log-probabilities: all against a float64 reference
-#              forward pass of the same weights (tests/gpu/logits_check.py)
 #   doctor     playbooks/doctor.yml on this machine (no Docker needed; the checks that need it say so):
 #              tests/gpu/doctor_check.py
+#   vllm       vLLM 0.8.5 from its PyPI wheel (own venv, .cache/gpu-venv; pip starts first, in the background)
+#              serves the tiny NVFP4 checkpoint's GPTQ repack and its FP16 copy (a completion and the prompt's
+#              log-probabilities from each), and its offline API gives the FP16 copy's log-probabilities: all
+#              against a float64 reference forward pass of the same weights (tests/gpu/logits_check.py)
 # Each step is bounded by timeout and by what is left of the budget; each reports PASS, FAIL or SKIP with
 # the reason and its seconds. Exit 0 when nothing FAILED. On a machine without an NVIDIA GPU (no nvidia-smi,
 # or nvidia-smi fails or lists none) it prints "SKIPPED: no NVIDIA GPU: <reason>" and exits 0 at once.
 #
 # Environment: PYTHON (an interpreter that has vLLM already: no venv, no install), GPU_WHEELHOUSE (a folder of
 # wheels: pip install --no-index --find-links it, for a machine without a package index), GPU_CHECK_STAGES
-# ("gpu_facts vllm doctor"), GPU_CHECK_BUDGET_S (470), GPU_CHECK_GPU_MEMORY_UTILIZATION (0.10),
+# ("gpu_facts vllm doctor"), GPU_CHECK_BUDGET_S (450), GPU_CHECK_GPU_MEMORY_UTILIZATION (0.10),
 # GPU_CHECK_LOGITS_ATOL (0.05), GPU_CHECK_GROUP_SIZE (32), GPU_CHECK_ATTENTION_BACKEND (XFORMERS; empty:
 # vLLM's own choice), GPU_CHECK_NVIDIA_SMI (nvidia-smi), GPU_CHECK_BASE_PYTHON (python3, for the venvs).
 # Results: .cache/gpu-check/ (GPU_CHECK_WORK; check-gpu.log, check-gpu.json and each stage's files), copied to
@@ -115,15 +115,19 @@ skipped() {
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
     local rc=$?
-    if [[ -n $vllm_server_pid ]]; then
-        say "stopping the vLLM server (process group $vllm_server_pid)"
-        vllm_stop 20 || say "WARNING: processes of group $vllm_server_pid are left behind"
-    fi
+    # Nothing interrupts the cleanup. It speaks to main's own output (fd 3): a signal may have come while a
+    # step's output went to a file.
+    trap '' INT TERM HUP PIPE
     if [[ -n $install_pid ]] && kill -0 "$install_pid" 2>/dev/null; then
-        say "stopping the background pip install (process $install_pid)"
-        # timeout runs pip in a process group of its own: stop that group, then the job itself
-        for child in $(pgrep -P "$install_pid"); do kill -TERM -- "-$child" 2>/dev/null || kill -TERM "$child" 2>/dev/null; done
-        kill -TERM "$install_pid" 2>/dev/null || true
+        kill -TERM "$install_pid" 2>/dev/null   # timeout passes the signal on to pip
+        say "stopped the background pip install (process $install_pid)" >&3 2>/dev/null
+    fi
+    if [[ -n $vllm_server_pid ]]; then
+        if vllm_stop 20; then
+            say "stopped the vLLM server" >&3 2>/dev/null
+        else
+            say "WARNING: processes of the vLLM server's group $vllm_server_pid are left behind" >&3 2>/dev/null
+        fi
     fi
     if [[ -n $run_tmp ]]; then rm -rf "$run_tmp"; fi
     exit "$rc"
@@ -577,6 +581,7 @@ summary() {
 }
 
 main() {
+    exec 3>&1
     trap cleanup EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
@@ -600,7 +605,10 @@ main() {
 case $WORK in / | "$ROOT" | "$ROOT"/ | "$HOME" | "$HOME"/) echo "check-gpu: GPU_CHECK_WORK=$WORK would be emptied; name a folder of its own" >&2; exit 2 ;; esac
 rm -rf "$WORK"
 mkdir -p "$WORK"
-main "$@" 2>&1 | tee "$WORK/check-gpu.log"
+# A signal stops main (its trap cleans up); this shell waits for it, then still copies the results to $OUT.
+# tee ignores those signals, so that the log keeps what the cleanup says.
+trap ':' INT TERM HUP
+main "$@" 2>&1 | (trap '' INT TERM HUP && exec tee "$WORK/check-gpu.log")
 rc=${PIPESTATUS[0]}
 if [[ -n ${OUT:-} ]]; then
     mkdir -p "$OUT/check-gpu" && cp -r "$WORK"/. "$OUT/check-gpu/" 2>/dev/null

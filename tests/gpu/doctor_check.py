@@ -61,8 +61,8 @@ def judge(report, smi_gpus, docker=True, host="localhost"):
         problems.append("the doctor counted %s GPU(s), nvidia-smi lists %d" % (entry.get("gpu_count"), len(smi_gpus)))
     if entry.get("verdict"):
         codes = ", ".join(reason.get("code", "?") for reason in entry.get("reasons") or []) or "none"
-        lines.append("gate: %s, serving path %s (reasons: %s)" % (entry.get("verdict"), entry.get("serving_path") or "-",
-                                                                codes))
+        serving = entry.get("serving_path") or "-"
+        lines.append("gate: %s, serving path %s (reasons: %s)" % (entry.get("verdict"), serving, codes))
     doctor_hosts = [h for h in ((report.get("doctor") or {}).get("hosts") or []) if h.get("host") == host]
     if not doctor_hosts:
         problems.append("the report has no doctor section for %s" % host)
