@@ -6,9 +6,12 @@
 #
 # bookworm-docker is bookworm with Debian's Docker engine (docker.io) installed, for the scenarios
 # that run containers inside their instance (vllm_server_*): their prepare step then finds it
-# installed instead of downloading and installing it each time. It is a second layer on the
-# bookworm image, installed with apt from the mirror that image uses (`docker run` + `docker commit`).
-# Scenarios that test installing Docker (container_runtime_*) keep the plain image.
+# installed instead of downloading and installing it each time. It also holds the test fixture's
+# no-op nvidia-container-runtime-hook (the file molecule/vllm_server_shared/prepare.yml installs), so
+# that Docker starts with it and prepare finds nothing to change and no Docker to restart. It is a
+# second layer on the bookworm image, installed with apt from the mirror that image uses
+# (`docker run` + `docker commit`). Scenarios that test installing Docker (container_runtime_*) keep
+# the plain image.
 #
 # An image is rebuilt only when it is missing or was built from another version of this recipe
 # (label org.labfleet.recipe; for bookworm-docker, of this recipe and of its bookworm image). To
@@ -26,6 +29,10 @@ packages="systemd,systemd-sysv,dbus,python3,python3-apt,ca-certificates,iproute2
 # The variants: NAME, the suite it is built on, and the packages it adds.
 declare -A variant_base=([bookworm-docker]=bookworm)
 declare -A variant_packages=([bookworm-docker]=docker.io)
+# A command run after the packages (test fixtures the variant's scenarios would install anyway).
+declare -A variant_setup=([bookworm-docker]="printf '%s\n' '#!/bin/sh' \
+  '# labfleet.vllm test fixture: Docker'\''s --gpus calls this OCI prestart hook; no GPU here.' 'exit 0' \
+  >/usr/local/bin/nvidia-container-runtime-hook && chmod 0755 /usr/local/bin/nvidia-container-runtime-hook")
 
 log() { printf 'images: %s\n' "$*" >&2; }
 
@@ -99,7 +106,8 @@ ensure_variant() {
     return 0
   fi
   base=$(image_of "${variant_base[${name}]}")
-  want=$( { declare -f ensure_variant; docker image inspect --format '{{.Id}}' "${base}"; echo "${variant_packages[${name}]}"; } \
+  want=$( { declare -f ensure_variant; docker image inspect --format '{{.Id}}' "${base}"; echo "${variant_packages[${name}]}"
+            echo "${variant_setup[${name}]:-}"; } \
     | sha256sum | cut -c1-16)
   if [ "$(recipe_of "${tag}")" = "${want}" ]; then
     log "${tag} is up to date"
@@ -110,7 +118,8 @@ ensure_variant() {
   # The package lists stay in the image: a prepare step's apt cache_valid_time may find them fresh.
   if ! docker run --name "${box}" "${base}" /bin/sh -c "export DEBIAN_FRONTEND=noninteractive \
        && apt-get update -qq && apt-get install -y -qq --no-install-recommends ${variant_packages[${name}]} \
-       && rm -rf /var/cache/apt/archives/*.deb /usr/share/doc/* /usr/share/man/*" >"/tmp/${box}.log" 2>&1 \
+       && rm -rf /var/cache/apt/archives/*.deb /usr/share/doc/* /usr/share/man/* \
+       && ${variant_setup[${name}]:-true}" >"/tmp/${box}.log" 2>&1 \
     || ! docker commit \
       --change 'CMD ["/lib/systemd/systemd"]' \
       --change "LABEL org.labfleet.recipe=${want} org.labfleet.suite=${variant_base[${name}]} org.labfleet.variant=${name}" \
@@ -156,4 +165,7 @@ done
 
 rc=0
 for pid in "${pids[@]}"; do wait "${pid}" || rc=1; done
+# An image rebuilt from a new recipe leaves its old self untagged: remove such leftovers (only the
+# project's: they carry the recipe label), so that Docker's disk use does not grow run after run.
+docker image prune -f --filter label=org.labfleet.recipe >/dev/null 2>&1 || true
 exit "${rc}"

@@ -48,3 +48,6 @@ for tag in "${tags[@]}"; do
   mv -f "${tarball}.id.tmp" "${tarball}.id"
   echo "${tag} ${id} ${tarball} built"
 done
+# A stand-in rebuilt from a changed context leaves its old image untagged; the stand-ins carry the base
+# image's label org.labfleet.recipe, so this removes such leftovers and nothing else of the machine's.
+docker image prune -f --filter label=org.labfleet.recipe >/dev/null 2>&1 || true
