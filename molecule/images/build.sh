@@ -8,7 +8,9 @@
 # that run containers inside their instance (vllm_server_*): their prepare step then finds it
 # installed instead of downloading and installing it each time. It also holds the test fixture's
 # no-op nvidia-container-runtime-hook (the file molecule/vllm_server_shared/prepare.yml installs), so
-# that Docker starts with it and prepare finds nothing to change and no Docker to restart. It is a
+# that Docker starts with it and prepare finds nothing to change and no Docker to restart; where the
+# container_runtime role installs the fake toolkit (site_rollout), its package replaces that file
+# (/usr/bin, where the real toolkit puts its hook). It is a
 # second layer on the bookworm image, installed with apt from the mirror that image uses
 # (`docker run` + `docker commit`). Scenarios that test installing Docker (container_runtime_*) keep
 # the plain image.
@@ -32,7 +34,7 @@ declare -A variant_packages=([bookworm-docker]=docker.io)
 # A command run after the packages (test fixtures the variant's scenarios would install anyway).
 declare -A variant_setup=([bookworm-docker]="printf '%s\n' '#!/bin/sh' \
   '# labfleet.vllm test fixture: Docker'\''s --gpus calls this OCI prestart hook; no GPU here.' 'exit 0' \
-  >/usr/local/bin/nvidia-container-runtime-hook && chmod 0755 /usr/local/bin/nvidia-container-runtime-hook")
+  >/usr/bin/nvidia-container-runtime-hook && chmod 0755 /usr/bin/nvidia-container-runtime-hook")
 
 log() { printf 'images: %s\n' "$*" >&2; }
 
