@@ -198,3 +198,12 @@ demo-clean:
 
 demo-screenshot:
 	scripts/demo.sh screenshot
+
+# The verdict snapshot (tests/verdicts/README.md): the tooling's own tests, then every committed
+# baseline replayed against this checkout's code (each file: "N identical, 0 differ, 0 skipped").
+VERDICT_BASELINES ?= $(sort $(wildcard tests/verdicts/baseline-*.jsonl.gz))
+.PHONY: verdict-snapshot
+
+verdict-snapshot: venv
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/verdicts
+	$(BIN)/python scripts/verdict_snapshot.py replay $(VERDICT_BASELINES)
