@@ -7,11 +7,11 @@
 # any failed):
 #   footprint before   Docker's containers / volumes / networks / disk use (scripts/docker-footprint.sh)
 #   docker + images    the Docker engine (scripts/ensure-docker.sh), the base images (molecule/images/
-#                      build.sh) and the stand-in images: in the background, beside venv and lint,
-#                      which need no Docker
-#   venv, lint         yamllint, ansible-lint, argspecs, changelog-lint, sanity, ee (on this machine)
+#                      build.sh) and the stand-in images, then
 #   unit (clean room)  the unit suite in a fresh container of the project's base image, with only
-#                      what the project's scripts install (scripts/unit-cleanroom.sh)
+#                      what the project's scripts install (scripts/unit-cleanroom.sh): both in the
+#                      background, beside venv and lint, which need no Docker (two cores: one each)
+#   venv, lint         yamllint, ansible-lint, argspecs, changelog-lint, sanity, ee (on this machine)
 #   integration        pytest against the Docker engine (tests/integration)
 #   compat             the checks against the real libraries (torch, compressed-tensors, gptqmodel),
 #                      each from its own pinned, cached venv (make compat)
@@ -49,24 +49,40 @@ stage() {  # NAME COMMAND...: run in the foreground
 
 stage "footprint before" scripts/docker-footprint.sh save "${logs}/footprint"
 
-# Docker, the base images and the stand-in images: network and disk bound, so beside venv and lint.
-echo "=== stage docker + images: started $(date +%T) in the background (log ${logs#"${top}/"}/images.log)"
-images_start=$(date +%s)
-( "${make[@]}" docker images standin-images >"${logs}/images.log" 2>&1
-  echo $? >"${logs}/images.rc"
-  date +%s >"${logs}/images.end" ) &
-images_pid=$!
+# Beside venv and lint (which need no Docker): Docker, the base images and the stand-in images (network
+# and disk bound), then the unit suite in its clean room (a container: it touches neither .venv nor the
+# checkout). Its output is kept in a log and shown when it has ended.
+echo "=== stage docker + images, then unit (clean room): started $(date +%T) in the background" \
+  "(logs ${logs#"${top}/"}/images.log, ${logs#"${top}/"}/unit.log)"
+bg_start=$(date +%s)
+(
+  "${make[@]}" docker images standin-images >"${logs}/images.log" 2>&1
+  echo "$? $(( $(date +%s) - bg_start ))" >"${logs}/images.result"
+  unit_start=$(date +%s)
+  if [ "$(cut -d' ' -f1 "${logs}/images.result")" -eq 0 ]; then
+    scripts/unit-cleanroom.sh >"${logs}/unit.log" 2>&1
+    echo "$? $(( $(date +%s) - unit_start ))" >"${logs}/unit.result"
+  else
+    echo "unit-cleanroom: not run: the images stage failed" >"${logs}/unit.log"
+    echo "1 0" >"${logs}/unit.result"
+  fi
+) &
+bg_pid=$!
 
 stage venv "${make[@]}" venv
 for t in yamllint ansible-lint argspecs changelog-lint sanity ee; do
   stage "lint: ${t}" "${make[@]}" "${t}"
 done
 
-wait "${images_pid}"
+echo "=== waiting for the background stages"
+wait "${bg_pid}"
 cat "${logs}/images.log"
-record "docker + images (beside venv and lint)" $(( $(cat "${logs}/images.end") - images_start )) "$(cat "${logs}/images.rc")"
+read -r rc secs <"${logs}/images.result"
+record "docker + images (beside venv and lint)" "${secs}" "${rc}"
+cat "${logs}/unit.log"
+read -r rc secs <"${logs}/unit.result"
+record "unit (clean room; beside lint)" "${secs}" "${rc}"
 
-stage "unit (clean room)" scripts/unit-cleanroom.sh
 stage integration "${make[@]}" integration
 stage compat "${make[@]}" compat
 stage molecule scripts/molecule-all.sh
