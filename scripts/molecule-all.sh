@@ -46,10 +46,10 @@ fi
 
 # Seconds a scenario took on a 2-core CI machine, one at a time; only the order matters.
 declare -A estimate=(
-  [container_runtime_bookworm]=270 [container_runtime_broken]=115 [container_runtime_trixie]=280
-  [nvidia_driver_bookworm_repo]=190 [nvidia_driver_refused]=115 [nvidia_driver_trixie]=270
-  [preflight_hosts]=110 [preflight_target]=115 [site_rollout]=300
-  [vllm_server_crash]=230 [vllm_server_default]=225 [vllm_server_rollback]=280
+  [container_runtime_bookworm]=118 [container_runtime_broken]=58 [container_runtime_trixie]=122
+  [nvidia_driver_bookworm_repo]=84 [nvidia_driver_refused]=48 [nvidia_driver_trixie]=120
+  [preflight_hosts]=64 [preflight_target]=55 [site_rollout]=366
+  [vllm_server_crash]=98 [vllm_server_default]=118 [vllm_server_rollback]=200
 )
 if [ -f "${durations}" ]; then
   while read -r name secs; do
