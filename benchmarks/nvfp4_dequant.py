@@ -10,7 +10,7 @@ Run in the compat venv (numpy + torch==2.13.0+cpu, see the Makefile's `compat-ve
 
 1. Writes a synthetic NVFP4 ModelOpt checkpoint (Llama-3.1-8B layer shapes, random codes, ~SIZE GB
    of packed weights) under .cache/bench/ (after checking free disk).
-2. Converts it with our converter (plugins/module_utils/_nvfp4.py convert_checkpoint).
+2. Converts it with our converter (plugins/module_utils/formats/_nvfp4.py convert_checkpoint).
 3. Converts it with a torch reference that follows vLLM 0.19.1's NVFP4 emulation dequantization
    (vllm/model_executor/layers/quantization/utils/nvfp4_emulation_utils.py: break_fp4_bytes
    lines 20-36, dequantize_to_dtype lines 49-65), writing the same output format.

@@ -176,7 +176,8 @@ def generate(src, layers, seed):
 
 def error_table(src, sample_rows):
     import numpy as np
-    from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq, _nvfp4
+    from ansible_collections.labfleet.vllm.plugins.module_utils.converters import _gptq
+    from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _nvfp4
     oracle = _load("labfleet_test_gptq_oracle", os.path.join(ROOT, "tests", "unit", "plugins", "module_utils",
                                                              "test_gptq.py"))
     headers = [_nvfp4.read_header(os.path.join(src, f)) for f in _nvfp4._weight_files(src)]  # pylint: disable=protected-access
@@ -219,7 +220,7 @@ def child(args):
         generate(args.src, args.layers, args.seed)
     elif args.child == "repack":
         import numpy  # noqa: F401  (imported before the clock starts)
-        from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq
+        from ansible_collections.labfleet.vllm.plugins.module_utils.converters import _gptq
         base = D.vm_rss_bytes()
         start = time.time()
         # for_vllm=False: group 16 too (vLLM's gptq kernels compute it wrong; other GPTQ loaders do not)
@@ -259,7 +260,7 @@ def run_child(kind, **kw):
 
 
 def projection_70b(group):
-    from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq
+    from ansible_collections.labfleet.vllm.plugins.module_utils.converters import _gptq
     h, i, kv = L70["hidden"], L70["inter"], L70["kv"]
     linears = ((h, h), (kv, h), (kv, h), (h, h), (i, h), (i, h), (h, i))
     per_layer = sum(_gptq.repacked_tensor_bytes(o, k, group) for o, k in linears)

@@ -216,7 +216,7 @@ stage_gpu_facts() {
             -e "gpu_check_nvidia_smi=$SMI" -e "gpu_check_out_dir=$dir" >"$dir/playbook.log" 2>&1 \
             || { tail_of "$dir/playbook.log"; say "ansible-playbook failed; each backend's file says what it got"; }
     else
-        how="plugins/module_utils/_gpu.py probe() without Ansible (no ansible-playbook: $TOOLS_WHY)"
+        how="plugins/module_utils/probes/_gpu.py probe() without Ansible (no ansible-playbook: $TOOLS_WHY)"
         for path in nvml nvidia_smi; do
             timeout -k 5 "$(limit 60)" "${TOOL_PY:-$BASE_PYTHON}" tests/gpu/gpu_facts_check.py probe --backend "$path" \
                 --nvidia-smi "$SMI" --out "$dir/facts-$path.json" || true

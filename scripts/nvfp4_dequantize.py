@@ -2,7 +2,7 @@
 
     python3 scripts/nvfp4_dequantize.py SRC DEST [--layout auto] [--max-shard-size 5GB] [--check]
 
-The same code as the labfleet.vllm.nvfp4_dequantize module (plugins/module_utils/_nvfp4.py);
+The same code as the labfleet.vllm.nvfp4_dequantize module (plugins/module_utils/formats/_nvfp4.py);
 needs numpy (python3-numpy). Prints the result as JSON; exit status 1 with a message on error.
 """
 
@@ -14,7 +14,7 @@ TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 # collections/ansible_collections/labfleet/vllm is a link to the checkout.
 sys.path.insert(0, os.path.join(TOP, "collections"))
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _nvfp4  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _nvfp4  # noqa: E402
 
 
 def main(argv=None):

@@ -2,7 +2,7 @@
 
     python3 scripts/nvfp4_repack.py SRC DEST [--group-size 32] [--layout auto] [--max-shard-size 5GB] [--check]
 
-The same code as the labfleet.vllm.nvfp4_repack module (plugins/module_utils/_gptq.py, reading
+The same code as the labfleet.vllm.nvfp4_repack module (plugins/module_utils/converters/_gptq.py, reading
 through _nvfp4.py); needs numpy (python3-numpy). Prints the result as JSON; exit status 1 with a
 message on error. Serve the output with `vllm serve DEST --quantization gptq --dtype float16`.
 """
@@ -15,7 +15,8 @@ TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 # collections/ansible_collections/labfleet/vllm is a link to the checkout.
 sys.path.insert(0, os.path.join(TOP, "collections"))
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq, _nvfp4  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.converters import _gptq  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _nvfp4  # noqa: E402
 
 
 def main(argv=None):

@@ -89,7 +89,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._report import build_report, merge_report
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._report import build_report, merge_report
 
 
 def fleet_report(records, mode="rollout", previous=None):

@@ -53,7 +53,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._unit import problems
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats._unit import problems
 
 
 def vllm_server_problems(values):

@@ -99,7 +99,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._chart import ChartError, png_size, render, series
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._chart import ChartError, png_size, render, series
 
 try:
     import matplotlib

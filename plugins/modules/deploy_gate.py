@@ -274,7 +274,7 @@ options:
     type: dict
 notes:
   - The policy's data, its sources and confidence levels are in
-    C(plugins/module_utils/_policy.py); docs/deploy_gate.md explains the codes and the memory plan.
+    C(plugins/module_utils/knowledge/_policy.py); docs/deploy_gate.md explains the codes and the memory plan.
 seealso:
   - module: labfleet.vllm.gpu_facts
   - module: labfleet.vllm.model_facts
@@ -559,12 +559,12 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError
-from ansible_collections.labfleet.vllm.plugins.module_utils._host import nearest_existing
-from ansible_collections.labfleet.vllm.plugins.module_utils._policy import has_control_chars
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate import GateInputError
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import nearest_existing
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import has_control_chars
 # labfleet.vllm.nvfp4_repack's manifest in a finished GPTQ copy.
-from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import GROUP_SIZES, MANIFEST_FILE as GPTQ_COPY_MANIFEST
-from ansible_collections.labfleet.vllm.plugins.module_utils._plan import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.converters._gptq import GROUP_SIZES, MANIFEST_FILE as GPTQ_COPY_MANIFEST
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._plan import (
     FP16_COPY_MANIFEST,
     fp16_copy_path,
     gptq_copy_path,

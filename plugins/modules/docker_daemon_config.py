@@ -188,8 +188,8 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._bounded import absurd_number, run_bounded
-from ansible_collections.labfleet.vllm.plugins.module_utils._daemon_json import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients._bounded import absurd_number, run_bounded
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats._daemon_json import (
     MAX_BYTES,
     DaemonJsonError,
     SettingsError,

@@ -372,7 +372,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._gpu import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._gpu import (
     BACKENDS,
     BackendUnavailable,
     error_facts,

@@ -112,13 +112,13 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._host import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import (
     container_stack,
     disk_free,
     parse_cpuinfo,
     read_regular_text,
 )
-from ansible_collections.labfleet.vllm.plugins.module_utils._policy import has_control_chars
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import has_control_chars
 
 
 def main():

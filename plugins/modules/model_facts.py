@@ -306,7 +306,7 @@ import math
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._model import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._model import (
     ModelFileError,
     read_model_dir,
 )

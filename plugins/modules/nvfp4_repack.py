@@ -225,7 +225,8 @@ disk_free_bytes:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq, _nvfp4
+from ansible_collections.labfleet.vllm.plugins.module_utils.converters import _gptq
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _nvfp4
 
 
 def main():

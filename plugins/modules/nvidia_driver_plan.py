@@ -73,7 +73,7 @@ answer:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._driver import run
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._driver import run
 
 
 def main():

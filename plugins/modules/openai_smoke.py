@@ -199,7 +199,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._openai import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai import (
     Deadline,
     auth_headers,
     chat_body,

@@ -23,7 +23,7 @@ description:
   - It decides nothing the probes or the plan already decide - pass what M(labfleet.vllm.gpu_facts),
     M(labfleet.vllm.host_facts), M(labfleet.vllm.vllm_image_facts) and M(labfleet.vllm.deploy_gate) returned
     (the C(labfleet.vllm.preflight) role's facts); the diagnosis is in the collection's private
-    C(plugins/module_utils/_doctor.py), where every fact carries its source.
+    C(plugins/module_utils/reporting/_doctor.py), where every fact carries its source.
   - "It reads on the host, each command bounded by O(timeout) - the instance's journal (C(journalctl -u
     <instance>.service)), the kernel log, O(daemon_json_path), the CDI specs, the C(/dev/nvidia*) nodes and their
     C(/dev/char) links, C(nvidia-smi topo -m) and C(topo -p2p r), C(lspci -vvv) (ACS), C(/proc/cmdline), the running
@@ -175,9 +175,9 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._bounded import run_bounded
-from ansible_collections.labfleet.vllm.plugins.module_utils._doctor import diagnose, summary_lines
-from ansible_collections.labfleet.vllm.plugins.module_utils._doctor_collect import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients._bounded import run_bounded
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._doctor import diagnose, summary_lines
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._doctor_collect import (
     CollectError,
     Collector,
     check_instance_name,

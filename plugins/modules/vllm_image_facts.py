@@ -266,8 +266,8 @@ import unicodedata
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._bounded import absurd_number, run_bounded
-from ansible_collections.labfleet.vllm.plugins.module_utils._image import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients._bounded import absurd_number, run_bounded
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._image import (
     GPU_CHECK_SCRIPT,
     PROBE_SCRIPT,
     PROFILES,

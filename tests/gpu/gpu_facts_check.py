@@ -160,7 +160,7 @@ def collect(nvidia_smi, runner=run, nvml_reader=read_nvml):
 
 
 # ------------------------------------------------------------------------------------------------
-# Reading the answers (independent of plugins/module_utils/_gpu.py)
+# Reading the answers (independent of plugins/module_utils/probes/_gpu.py)
 # ------------------------------------------------------------------------------------------------
 
 def bus_id(text):
@@ -422,11 +422,11 @@ def render(rows, sources):
 # ------------------------------------------------------------------------------------------------
 
 def probe_direct(backend, nvidia_smi=None):
-    """What gpu_facts returns, from plugins/module_utils/_gpu.py probe() with a subprocess runner (the module's
+    """What gpu_facts returns, from plugins/module_utils/probes/_gpu.py probe() with a subprocess runner (the module's
     own run_command wrapper adds coreutils timeout; this one bounds each call the same way)."""
     if COLLECTIONS not in sys.path:
         sys.path.insert(0, COLLECTIONS)
-    from ansible_collections.labfleet.vllm.plugins.module_utils import _gpu  # pylint: disable=import-outside-toplevel
+    from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _gpu  # pylint: disable=import-outside-toplevel
     try:
         return _gpu.probe(backend=backend, run_command=lambda argv: run(list(argv)), nvidia_smi=nvidia_smi)
     except _gpu.BackendUnavailable as exc:

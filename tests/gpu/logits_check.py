@@ -5,7 +5,7 @@
 
 The reference is a minimal Llama forward pass in numpy, float64, from the checkpoint's own weights and
 config.json: the FP16 copy as stored, the GPTQ copy dequantized by the collection's decoder
-(plugins/module_utils/_gptq.py dequantize_gptq: scale x (code - (stored zero + 1)), as vLLM 0.8.5's exllama
+(plugins/module_utils/converters/_gptq.py dequantize_gptq: scale x (code - (stored zero + 1)), as vLLM 0.8.5's exllama
 kernels read it). vLLM's log-probabilities of the same token ids must lie within a tolerance of the
 reference's (docs/gpu-check.md says why the default is what it is).
 
@@ -97,7 +97,7 @@ def model_files(model_dir):
 def _gptq_module():
     if COLLECTIONS not in sys.path:
         sys.path.insert(0, COLLECTIONS)
-    from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq  # pylint: disable=import-outside-toplevel
+    from ansible_collections.labfleet.vllm.plugins.module_utils.converters import _gptq  # pylint: disable=import-outside-toplevel
     return _gptq
 
 

@@ -95,19 +95,19 @@ PINNERS = {"today": _today}
 
 ENTRY_POINTS = {
     # The gate and the plan (deploy_gate's decision).
-    "gate.evaluate": Entry(_MU + "_gate:evaluate", pin=("today",)),
-    "plan.plan": Entry(_MU + "_plan:plan", pin=("today",)),
-    "plan.normalize_request": Entry(_MU + "_plan:normalize_request"),
-    "plan.plan_driver": Entry(_MU + "_plan:plan_driver"),
-    "plan.fp16_copy_path": Entry(_MU + "_plan:fp16_copy_path"),
-    "plan.gptq_copy_path": Entry(_MU + "_plan:gptq_copy_path"),
+    "gate.evaluate": Entry(_MU + "decisions._gate:evaluate", pin=("today",)),
+    "plan.plan": Entry(_MU + "decisions._plan:plan", pin=("today",)),
+    "plan.normalize_request": Entry(_MU + "decisions._plan:normalize_request"),
+    "plan.plan_driver": Entry(_MU + "decisions._plan:plan_driver"),
+    "plan.fp16_copy_path": Entry(_MU + "decisions._plan:fp16_copy_path"),
+    "plan.gptq_copy_path": Entry(_MU + "decisions._plan:gptq_copy_path"),
     # vLLM's own startup validation, as the gate asks it.
-    "startup.startup_checks": Entry(_MU + "_vllm_startup:startup_checks"),
+    "startup.startup_checks": Entry(_MU + "decisions._vllm_startup:startup_checks"),
     # The driver plan (nvidia_driver_plan's run() and the decisions it is made of).
-    "driver.run": Entry(_MU + "_driver:run"),
-    "driver.decide_action": Entry(_MU + "_driver:decide_action"),
-    "driver.choose_flavour": Entry(_MU + "_driver:choose_flavour"),
-    "driver.choose_source": Entry(_MU + "_driver:choose_source"),
+    "driver.run": Entry(_MU + "decisions._driver:run"),
+    "driver.decide_action": Entry(_MU + "decisions._driver:decide_action"),
+    "driver.choose_flavour": Entry(_MU + "decisions._driver:choose_flavour"),
+    "driver.choose_source": Entry(_MU + "decisions._driver:choose_source"),
     # The module as the preflight role runs it (recorded by tests/verdicts/callback in Molecule).
     "deploy_gate": Entry(_MODULES + "deploy_gate:main", pin=("today",), call=call_deploy_gate, record=False),
 }

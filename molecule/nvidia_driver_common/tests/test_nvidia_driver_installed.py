@@ -11,7 +11,7 @@ import re
 
 testinfra_hosts = ["vllm_hosts"]
 
-# Package names of the driver (the role's DRIVER_PACKAGE_PATTERNS, plugins/module_utils/_driver.py).
+# Package names of the driver (the role's DRIVER_PACKAGE_PATTERNS, plugins/module_utils/decisions/_driver.py).
 DRIVER_PACKAGE = r"(nvidia|libnvidia|libcuda1|firmware-nvidia|cuda-drivers)"
 
 PIN = "/etc/apt/preferences.d/labfleet-nvidia-driver"

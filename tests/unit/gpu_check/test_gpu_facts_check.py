@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gpu
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _gpu
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "gpu"))

@@ -19,7 +19,8 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq, _nvfp4  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.converters import _gptq  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _nvfp4  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "gpu"))

@@ -24,7 +24,7 @@ from ansible.errors import AnsibleFilterError
 from ansible.plugins.filter.core import comment
 
 from ansible_collections.labfleet.vllm.plugins.filter.fleet_report import FilterModule, fleet_report
-from ansible_collections.labfleet.vllm.plugins.module_utils._report import OUTCOME_NAMES
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._report import OUTCOME_NAMES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))

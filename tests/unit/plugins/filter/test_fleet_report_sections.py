@@ -19,8 +19,8 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.labfleet.vllm.plugins.filter.fleet_report import fleet_report
-from ansible_collections.labfleet.vllm.plugins.module_utils import _doctor as D
-from ansible_collections.labfleet.vllm.plugins.module_utils import _report as R
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting import _doctor as D
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting import _report as R
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, labfleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The pure benchmark logic (plugins/module_utils/_bench.py): percentiles against hand-computed
+"""The pure benchmark logic (plugins/module_utils/reporting/_bench.py): percentiles against hand-computed
 values, per-request figures from event times, levels, the result document, A/B, the roofline and
 the memory bandwidth table."""
 
@@ -15,9 +15,9 @@ import os
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _bench as B
-from ansible_collections.labfleet.vllm.plugins.module_utils._openai import iter_sse_data
-from ansible_collections.labfleet.vllm.plugins.module_utils._pci_ids import PCI_DEVICES
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting import _bench as B
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai import iter_sse_data
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._pci_ids import PCI_DEVICES
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                         "fixtures", "vllm-http")

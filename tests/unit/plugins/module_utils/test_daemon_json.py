@@ -1,12 +1,12 @@
-"""Unit tests for plugins/module_utils/_daemon_json.py (merging settings into Docker's daemon.json)."""
+"""Unit tests for plugins/module_utils/formats/_daemon_json.py (merging settings into Docker's daemon.json)."""
 
 import difflib
 import json
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _daemon_json
-from ansible_collections.labfleet.vllm.plugins.module_utils._daemon_json import DaemonJsonError
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _daemon_json
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats._daemon_json import DaemonJsonError
 
 PATH = "/etc/docker/daemon.json"
 

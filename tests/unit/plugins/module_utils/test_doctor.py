@@ -2,7 +2,7 @@
 # Copyright: (c) 2026, labfleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The doctor's diagnosis core (plugins/module_utils/_doctor.py).
+"""The doctor's diagnosis core (plugins/module_utils/reporting/_doctor.py).
 
 Inputs are shaped as the probes and the plan return them: gpu_facts' ansible_facts.nvidia (the 2x
 Tesla V100-PCIE-32GB dual-socket host of tests/unit/fixtures/gpu/v100x2_pcie_550), host_facts'
@@ -19,9 +19,9 @@ import datetime
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _doctor as D
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gate
-from ansible_collections.labfleet.vllm.plugins.module_utils import _plan as P
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting import _doctor as D
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _gate
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _plan as P
 
 TODAY = datetime.date(2026, 11, 30)
 UUID0 = "GPU-6f1c2a9e-3b7d-4c58-9e21-0a4d8b7c3e15"

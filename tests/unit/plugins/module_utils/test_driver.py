@@ -22,8 +22,8 @@ import yaml
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _driver as D
-from ansible_collections.labfleet.vllm.plugins.module_utils._gate import evaluate
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _driver as D
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate import evaluate
 from ansible_collections.labfleet.vllm.plugins.modules import nvidia_driver_plan
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))

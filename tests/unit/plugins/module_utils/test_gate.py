@@ -15,8 +15,8 @@ import os
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gate as G
-from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError, evaluate
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _gate as G
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate import GateInputError, evaluate
 
 TODAY = datetime.date(2026, 9, 1)
 GIB = 1024 ** 3
@@ -432,7 +432,7 @@ def test_nvfp4_on_v100_suggests_dequantizing():
     assert "10.0" in text and "serve an FP16 copy of the NVFP4 checkpoint" in text
     # The module it names exists.
     assert "labfleet.vllm.nvfp4_dequantize" in text
-    assert os.path.isfile(os.path.join(os.path.dirname(G.__file__), "..", "modules", "nvfp4_dequantize.py"))
+    assert os.path.isfile(os.path.join(os.path.dirname(G.__file__), "..", "..", "modules", "nvfp4_dequantize.py"))
 
 
 def test_quantization_unknown_to_image():
@@ -584,10 +584,10 @@ def test_inputs_are_not_mutated():
 
 
 def test_every_emitted_code_is_documented():
-    module_path = os.path.join(os.path.dirname(G.__file__), "..", "modules", "deploy_gate.py")
+    module_path = os.path.join(os.path.dirname(G.__file__), "..", "..", "modules", "deploy_gate.py")
     with open(module_path) as handle:
         doc = handle.read()
-    docs_path = os.path.join(os.path.dirname(G.__file__), "..", "..", "docs", "deploy_gate.md")
+    docs_path = os.path.join(os.path.dirname(G.__file__), "..", "..", "..", "docs", "deploy_gate.md")
     with open(docs_path) as handle:
         md = handle.read()
     for code in list(G.REASON_CODES) + list(G.WARNING_CODES):

@@ -44,11 +44,11 @@ import sys
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq
-from ansible_collections.labfleet.vllm.plugins.module_utils import _plan as P
-from ansible_collections.labfleet.vllm.plugins.module_utils import _policy
-from ansible_collections.labfleet.vllm.plugins.module_utils import _vllm_memory as VM
-from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError, evaluate
+from ansible_collections.labfleet.vllm.plugins.module_utils.converters import _gptq
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _plan as P
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _policy
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _vllm_memory as VM
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate import GateInputError, evaluate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_plan_fp16_fallback as TF  # noqa: E402  (the Llama-3.1-8B config.json and its NVFP4 checkpoint's facts)

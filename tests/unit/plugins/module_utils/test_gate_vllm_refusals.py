@@ -16,8 +16,8 @@ import datetime
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _policy as P
-from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError, evaluate
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _policy as P
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate import GateInputError, evaluate
 
 TODAY = datetime.date(2026, 9, 1)
 

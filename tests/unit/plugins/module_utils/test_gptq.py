@@ -23,8 +23,8 @@ import pytest
 np = pytest.importorskip("numpy", reason="numpy is not installed (pip install numpy; it is in requirements-dev.txt)")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq  # noqa: E402
-from ansible_collections.labfleet.vllm.plugins.module_utils._nvfp4 import Nvfp4Error  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.converters import _gptq  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats._nvfp4 import Nvfp4Error  # noqa: E402
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 

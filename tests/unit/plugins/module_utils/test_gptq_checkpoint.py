@@ -26,9 +26,10 @@ import pytest
 
 np = pytest.importorskip("numpy", reason="numpy is not installed (pip install numpy; it is in requirements-dev.txt)")
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq, _nvfp4  # noqa: E402
-from ansible_collections.labfleet.vllm.plugins.module_utils._model import read_model_dir  # noqa: E402
-from ansible_collections.labfleet.vllm.plugins.module_utils._nvfp4 import Nvfp4Error  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.converters import _gptq  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _nvfp4  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._model import read_model_dir  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats._nvfp4 import Nvfp4Error  # noqa: E402
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 MAKE_MODEL = os.path.join(_HERE, "..", "..", "..", "fake_model", "make_model.py")

@@ -56,7 +56,8 @@ from gptqmodel.nn_modules.qlinear.torch import TorchLinear  # noqa: E402
 from gptqmodel.quantization import FORMAT, QuantizeConfig  # noqa: E402
 from gptqmodel.utils.model import convert_gptq_v1_to_v2_format_module  # noqa: E402
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq, _nvfp4  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.converters import _gptq  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _nvfp4  # noqa: E402
 
 MAKE_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fake_model", "make_model.py")
 PARTS = ("qweight", "qzeros", "scales", "g_idx")

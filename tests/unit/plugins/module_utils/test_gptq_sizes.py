@@ -10,7 +10,7 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq
+from ansible_collections.labfleet.vllm.plugins.module_utils.converters import _gptq
 
 
 def test_group_sizes():

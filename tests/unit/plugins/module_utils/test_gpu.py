@@ -2,7 +2,7 @@
 # Copyright: (c) 2026, labfleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Unit tests for plugins/module_utils/_gpu.py and _pci_ids.py over recorded outputs.
+"""Unit tests for plugins/module_utils/probes/_gpu.py and _pci_ids.py over recorded outputs.
 
 Every folder under tests/unit/fixtures/gpu/ is one host (see its README.md); NVML is a fake module.
 """
@@ -21,8 +21,8 @@ try:
 except ImportError:  # hypothesis is in requirements-dev.txt; without it only one test is skipped
     given = None
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gpu
-from ansible_collections.labfleet.vllm.plugins.module_utils import _pci_ids
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _gpu
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _pci_ids
 
 GPU_FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "gpu")
 CASES = sorted(

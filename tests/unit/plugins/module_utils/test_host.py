@@ -1,4 +1,4 @@
-"""Unit tests for plugins/module_utils/_host.py (CPU flags, free disk, container stack, and whether
+"""Unit tests for plugins/module_utils/probes/_host.py (CPU flags, free disk, container stack, and whether
 the container runtime enforces NVIDIA_REQUIRE_CUDA)."""
 
 import collections
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _host
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _host
 
 # Shape of /proc/cpuinfo on a dual-socket Broadwell Xeon (the X99/C612 class of the reference
 # deployment): AVX2 and FMA, no AVX-512. Two logical CPUs are enough for the parser.

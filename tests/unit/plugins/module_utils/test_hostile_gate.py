@@ -22,14 +22,14 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _driver as D
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gate as G
-from ansible_collections.labfleet.vllm.plugins.module_utils import _host as H
-from ansible_collections.labfleet.vllm.plugins.module_utils import _plan as P
-from ansible_collections.labfleet.vllm.plugins.module_utils import _policy as POL
-from ansible_collections.labfleet.vllm.plugins.module_utils import _report as R
-from ansible_collections.labfleet.vllm.plugins.module_utils import _vllm_memory as M
-from ansible_collections.labfleet.vllm.plugins.module_utils import _vllm_startup as S
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _driver as D
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _gate as G
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _host as H
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _plan as P
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _policy as POL
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting import _report as R
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _vllm_memory as M
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _vllm_startup as S
 
 TODAY = datetime.date(2026, 11, 30)
 V100 = {"index": 0, "name": "Tesla V100-PCIE-32GB", "compute_capability": "7.0", "memory_total_mib": 32768}

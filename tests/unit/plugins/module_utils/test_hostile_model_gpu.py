@@ -31,8 +31,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19 (pinned)
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gpu
-from ansible_collections.labfleet.vllm.plugins.module_utils import _model as M
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _gpu
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _model as M
 from ansible_collections.labfleet.vllm.plugins.modules import gpu_facts, model_facts
 
 _BUILD = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "model", "build.py")

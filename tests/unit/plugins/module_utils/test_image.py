@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _image as I
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _image as I
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "..", "..", "fixtures", "image")

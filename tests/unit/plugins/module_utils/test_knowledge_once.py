@@ -29,19 +29,19 @@ import re
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gate as G
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gpu
-from ansible_collections.labfleet.vllm.plugins.module_utils import _image as I
-from ansible_collections.labfleet.vllm.plugins.module_utils import _model as M
-from ansible_collections.labfleet.vllm.plugins.module_utils import _pci_ids
-from ansible_collections.labfleet.vllm.plugins.module_utils import _policy as P
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _gate as G
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _gpu
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _image as I
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _model as M
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _pci_ids
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _policy as P
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 KNOWLEDGE_BASE = "_policy.py"
 
 
 def _sources(repo):
-    paths = sorted(glob.glob(os.path.join(repo, "plugins", "module_utils", "*.py"))
+    paths = sorted(glob.glob(os.path.join(repo, "plugins", "module_utils", "**", "*.py"), recursive=True)
                    + glob.glob(os.path.join(repo, "plugins", "modules", "*.py")))
     assert paths, "no plugin sources found under %s" % repo
     for path in paths:

@@ -2,7 +2,7 @@
 # Copyright: (c) 2026, labfleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Prometheus scrape targets from the fleet report (plugins/module_utils/_metrics.py)."""
+"""Prometheus scrape targets from the fleet report (plugins/module_utils/reporting/_metrics.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _metrics as M
-from ansible_collections.labfleet.vllm.plugins.module_utils import _report as R
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting import _metrics as M
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting import _report as R
 
 ALLOWED = {"host": "gpu01", "verdict": "allowed", "state": "ok", "reasons": [], "warnings": [],
            "gpu_count": 2, "probe_only": False}

@@ -15,8 +15,8 @@ import struct
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq as G
-from ansible_collections.labfleet.vllm.plugins.module_utils import _model as M
+from ansible_collections.labfleet.vllm.plugins.module_utils.converters import _gptq as G
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _model as M
 
 _BUILD = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "model", "build.py")
 _spec = importlib.util.spec_from_file_location("labfleet_model_fixture_build", _BUILD)

@@ -21,8 +21,8 @@ import pytest
 
 np = pytest.importorskip("numpy", reason="numpy is not installed (pip install numpy; it is in requirements-dev.txt)")
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _nvfp4  # noqa: E402
-from ansible_collections.labfleet.vllm.plugins.module_utils._nvfp4 import (  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _nvfp4  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats._nvfp4 import (  # noqa: E402
     E2M1_VALUES,
     Nvfp4Error,
     byte_lut,

@@ -81,7 +81,7 @@ from compressed_tensors.quantization.lifecycle.forward import dequantize  # noqa
 from compressed_tensors.quantization.utils import calculate_qparams, generate_gparam  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _nvfp4  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _nvfp4  # noqa: E402
 
 # module name -> (out_features, in_features)
 LAYERS = {

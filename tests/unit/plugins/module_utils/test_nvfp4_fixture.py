@@ -22,8 +22,8 @@ import pytest
 
 pytest.importorskip("numpy", reason="numpy is not installed (pip install numpy; it is in requirements-dev.txt)")
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._model import read_model_dir  # noqa: E402
-from ansible_collections.labfleet.vllm.plugins.module_utils._nvfp4 import convert_checkpoint  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._model import read_model_dir  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats._nvfp4 import convert_checkpoint  # noqa: E402
 
 FAKE_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "fake_model")
 MAKE_MODEL = os.path.join(FAKE_MODEL, "make_model.py")

@@ -1,4 +1,4 @@
-"""plugins/module_utils/_openai.py: pure helpers, the SSE reader, the health wait, and real HTTP
+"""plugins/module_utils/clients/_openai.py: pure helpers, the SSE reader, the health wait, and real HTTP
 against a tiny server on 127.0.0.1."""
 
 import json
@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _openai as O
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients import _openai as O
 
 
 class FakeClock:

@@ -17,7 +17,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _openai as O
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients import _openai as O
 from ansible_collections.labfleet.vllm.plugins.modules import openai_smoke
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),

@@ -2,7 +2,7 @@
 # Copyright: (c) 2026, labfleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The plan: the gate judging the target state (plugins/module_utils/_plan.py)."""
+"""The plan: the gate judging the target state (plugins/module_utils/decisions/_plan.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -13,8 +13,8 @@ import datetime
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gate
-from ansible_collections.labfleet.vllm.plugins.module_utils import _plan as P
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _gate
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _plan as P
 
 TODAY = datetime.date(2026, 11, 30)
 V100 = {"index": 0, "name": "Tesla V100-PCIE-32GB", "compute_capability": "7.0", "memory_total_mib": 32768}

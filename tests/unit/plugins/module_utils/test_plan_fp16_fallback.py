@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The plan's serving path for NVFP4 checkpoints: native, the FP16 copy (fp16_fallback) when the
 image's vLLM has no NVFP4 kernels for the GPUs and the copy fits, else the GPTQ int4 repack
-(gptq_repack) with the smallest group size that fits (plugins/module_utils/_plan.py).
+(gptq_repack) with the smallest group size that fits (plugins/module_utils/decisions/_plan.py).
 
 Model figures are typed from the public config.json files of meta-llama/Llama-3.1-8B-Instruct and
 Llama-3.3-70B-Instruct (their NVFP4 versions, nvidia/Llama-3.1-8B-Instruct-FP4 and
@@ -23,10 +23,10 @@ import datetime
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gptq
-from ansible_collections.labfleet.vllm.plugins.module_utils import _plan as P
-from ansible_collections.labfleet.vllm.plugins.module_utils import _policy
-from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError
+from ansible_collections.labfleet.vllm.plugins.module_utils.converters import _gptq
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _plan as P
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _policy
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate import GateInputError
 
 TODAY = datetime.date(2026, 12, 1)
 V100 = {"index": 0, "name": "Tesla V100-PCIE-32GB", "compute_capability": "7.0", "memory_total_mib": 32768}

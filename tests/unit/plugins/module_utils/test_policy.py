@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _policy as P
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _policy as P
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 REFERENCE = os.path.join(os.path.dirname(REPO), "shared", "reference")

@@ -23,7 +23,7 @@ import threading
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._openai import chat_body, chat_completion
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai import chat_body, chat_completion
 from ansible_collections.labfleet.vllm.plugins.modules import vllm_benchmark
 
 CAPTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "real_vllm", "captures",

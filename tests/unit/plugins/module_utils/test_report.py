@@ -2,7 +2,7 @@
 # Copyright: (c) 2026, labfleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The fleet report's outcomes and document (plugins/module_utils/_report.py)."""
+"""The fleet report's outcomes and document (plugins/module_utils/reporting/_report.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _report as R
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting import _report as R
 
 ALLOWED = {"host": "gpu01", "verdict": "allowed", "state": "ok", "reasons": [], "warnings": [],
            "gpu_count": 2, "gpu_models": ["Tesla V100-PCIE-32GB"], "probe_only": False,

@@ -2,7 +2,7 @@
 # Copyright: (c) 2026, labfleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""What vllm_server renders into a unit, a command line and an env file (module_utils/_unit.py),
+"""What vllm_server renders into a unit, a command line and an env file (module_utils/formats/_unit.py),
 and the unit template itself, rendered with hostile values and checked by systemd-analyze verify."""
 
 from __future__ import absolute_import, division, print_function
@@ -21,7 +21,7 @@ from ansible.plugins.filter.core import FilterModule as CoreFilters
 from ansible.plugins.test.core import TestModule as CoreTests
 
 from ansible_collections.labfleet.vllm.plugins.filter.vllm_server_problems import vllm_server_problems
-from ansible_collections.labfleet.vllm.plugins.module_utils import _unit as U
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _unit as U
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))

@@ -2,7 +2,7 @@
 # Copyright: (c) 2026, labfleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The model of vLLM's profile-run reserve (plugins/module_utils/_vllm_memory.py).
+"""The model of vLLM's profile-run reserve (plugins/module_utils/knowledge/_vllm_memory.py).
 
 Expected values are worked out by hand from the formula in the module docstring (moments in units
 of profile tokens x dtype bytes), not by calling the function twice.
@@ -17,7 +17,7 @@ import re
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _vllm_memory as VM
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _vllm_memory as VM
 
 MIB = 1024 ** 2
 GIB = 1024 ** 3

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _vllm_startup as S
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _vllm_startup as S
 
 # --------------------------------------------------------------------------------------------
 # Public config.json values (the fields the checks read), typed in from the model repositories

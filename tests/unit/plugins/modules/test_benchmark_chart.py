@@ -18,7 +18,7 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _chart as C
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting import _chart as C
 from ansible_collections.labfleet.vllm.plugins.modules import benchmark_chart
 
 plt = pytest.importorskip("matplotlib.pyplot")

@@ -19,7 +19,7 @@ import yaml
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19 (pinned)
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _gpu
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _gpu
 from ansible_collections.labfleet.vllm.plugins.modules import gpu_facts
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))

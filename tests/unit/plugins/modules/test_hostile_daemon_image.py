@@ -33,9 +33,9 @@ from hypothesis import HealthCheck, example, given, settings as hsettings, strat
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._bounded import KILL_GRACE
-from ansible_collections.labfleet.vllm.plugins.module_utils import _daemon_json as D
-from ansible_collections.labfleet.vllm.plugins.module_utils import _image as I
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients._bounded import KILL_GRACE
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _daemon_json as D
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _image as I
 from ansible_collections.labfleet.vllm.plugins.modules import docker_daemon_config, vllm_image_facts
 
 try:

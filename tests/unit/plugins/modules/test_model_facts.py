@@ -16,7 +16,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19 (pinned)
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._model import GATE_KEYS
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._model import GATE_KEYS
 from ansible_collections.labfleet.vllm.plugins.modules import model_facts
 
 _BUILD = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "model", "build.py")

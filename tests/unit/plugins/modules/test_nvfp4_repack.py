@@ -18,7 +18,7 @@ pytest.importorskip("numpy", reason="numpy is not installed (pip install numpy; 
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402  ansible-core >= 2.19 (pinned)
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _nvfp4  # noqa: E402
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _nvfp4  # noqa: E402
 from ansible_collections.labfleet.vllm.plugins.modules import nvfp4_repack  # noqa: E402
 
 _HERE = os.path.dirname(__file__)

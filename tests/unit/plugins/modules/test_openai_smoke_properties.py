@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _openai as O
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients import _openai as O
 from ansible_collections.labfleet.vllm.plugins.modules import openai_smoke
 
 RANGES = {name: (low, high, integer) for name, low, high, integer in openai_smoke.NUMBER_OPTIONS}

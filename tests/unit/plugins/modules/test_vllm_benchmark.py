@@ -23,7 +23,7 @@ from ansible.module_utils import basic
 from ansible.module_utils.common.warnings import get_warning_messages
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _openai as O
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients import _openai as O
 from ansible_collections.labfleet.vllm.plugins.modules import vllm_benchmark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))

@@ -2,7 +2,7 @@
 # Copyright: (c) 2026, labfleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""vllm_doctor: what it reads on a host (plugins/module_utils/_doctor_collect.py, against a recorded
+"""vllm_doctor: what it reads on a host (plugins/module_utils/reporting/_doctor_collect.py, against a recorded
 host) and the module end to end: the reference host healthy, the broken-runtime host named with the
 fix, secrets never in the result, every command bounded, hostile options refused."""
 
@@ -21,7 +21,7 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _doctor_collect as C
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting import _doctor_collect as C
 from ansible_collections.labfleet.vllm.plugins.modules import vllm_doctor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils"))

@@ -16,7 +16,7 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19 (pinned)
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _image as I
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _image as I
 from ansible_collections.labfleet.vllm.plugins.modules import vllm_image_facts
 
 try:

@@ -34,9 +34,9 @@ import os
 import re
 import stat
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._host import CDI_SPEC_DIRS, cdi_spec_paths, read_regular_text
-from ansible_collections.labfleet.vllm.plugins.module_utils._image import GPU_CHECK_SCRIPT
-from ansible_collections.labfleet.vllm.plugins.module_utils._plan import served_model
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import CDI_SPEC_DIRS, cdi_spec_paths, read_regular_text
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._image import GPU_CHECK_SCRIPT
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._plan import served_model
 
 # The largest text kept from one command or file (the journal tail of 5000 lines is about 1 MB).
 MAX_TEXT = 4 * 1024 * 1024

@@ -26,11 +26,11 @@ import re
 import stat
 import struct
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import GROUP_SIZES, repacked_tensor_bytes
+from ansible_collections.labfleet.vllm.plugins.module_utils.converters._gptq import GROUP_SIZES, repacked_tensor_bytes
 # The NVFP4 layers the repacker writes as float16 instead (the LM head).
-from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import FP16_LAYERS as GPTQ_FP16_LAYERS
-from ansible_collections.labfleet.vllm.plugins.module_utils._nvfp4 import BLOCK as NVFP4_BLOCK
-from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.converters._gptq import FP16_LAYERS as GPTQ_FP16_LAYERS
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats._nvfp4 import BLOCK as NVFP4_BLOCK
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
     KNOWN_VLLM_QUANT_METHODS,
     QUANTIZATION,
     quant_text,

@@ -18,15 +18,15 @@ import datetime
 import math
 import re
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._vllm_memory import profile_reserve
-from ansible_collections.labfleet.vllm.plugins.module_utils._vllm_startup import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._vllm_memory import profile_reserve
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._vllm_startup import (
     STARTUP_REASON_CODES,
     STARTUP_WARNING_CODES,
     StartupInputError,
     expand_human_int,
     startup_checks,
 )
-from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
     POLICY_VERSION,
     DTYPE_ALIASES,
     FP8_KV_CACHE_VERIFIED_MIN_CC,
@@ -146,7 +146,7 @@ def _tname(value):
     return type_name(value)
 
 
-def _short(value):
+def short_text(value):
     return short_repr(value)
 
 
@@ -166,7 +166,7 @@ def _to_number(value, where, minimum=0.0, maximum=1e18, exclusive_min=False):
                                              re.ASCII):
         result = float(value)
     if result is None or not math.isfinite(result):
-        raise GateInputError("%s: expected a number, got %s" % (where, _short(value)))
+        raise GateInputError("%s: expected a number, got %s" % (where, short_text(value)))
     too_low = result <= minimum if exclusive_min else result < minimum
     if too_low or result > maximum:
         raise GateInputError("%s: expected a number %s %g and <= %g, got %g"
@@ -174,11 +174,11 @@ def _to_number(value, where, minimum=0.0, maximum=1e18, exclusive_min=False):
     return result
 
 
-def _to_bool(value, where):
+def to_bool(value, where):
     return coerce_bool(value, where, error=GateInputError)
 
 
-def _to_str(value, where, allow_numbers=True):
+def to_str(value, where, allow_numbers=True):
     if value is None or isinstance(value, str):
         return value
     if allow_numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -186,14 +186,14 @@ def _to_str(value, where, allow_numbers=True):
     raise GateInputError("%s: expected a string, got %s" % (where, _tname(value)))
 
 
-def _to_mapping(value, where, expected):
+def to_mapping(value, where, expected):
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise GateInputError("%s: expected a mapping (%s), got %s" % (where, expected, _tname(value)))
     for key in value:
         if not isinstance(key, str):
-            raise GateInputError("%s: keys must be strings, got %s" % (where, _short(key)))
+            raise GateInputError("%s: keys must be strings, got %s" % (where, short_text(key)))
     return value
 
 
@@ -211,10 +211,10 @@ def check_plain_value(value, where, depth=0):
     if isinstance(value, str):
         if has_control_chars(value):
             raise GateInputError("%s: expected a one-line value without control characters (newline, carriage "
-                                 "return, NUL, tab ...), got %s" % (where, _short(value)))
+                                 "return, NUL, tab ...), got %s" % (where, short_text(value)))
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise GateInputError("%s: expected a finite number, got %s" % (where, _short(value)))
+            raise GateInputError("%s: expected a finite number, got %s" % (where, short_text(value)))
     elif isinstance(value, int) and not isinstance(value, bool):
         if abs(value) >= _MAX_ARG_INT:
             raise GateInputError("%s: expected an integer below 2**63, got one of %d bits"
@@ -222,7 +222,7 @@ def check_plain_value(value, where, depth=0):
     elif isinstance(value, dict):
         for key, item in value.items():
             if isinstance(key, str) and has_control_chars(key):
-                raise GateInputError("%s: expected keys without control characters, got %s" % (where, _short(key)))
+                raise GateInputError("%s: expected keys without control characters, got %s" % (where, short_text(key)))
             check_plain_value(item, "%s.%s" % (where, key), depth + 1)
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
@@ -240,7 +240,7 @@ def _to_str_list(value, where, what):
         raise GateInputError("%s: expected a list of %s, got %s" % (where, what, _tname(value)))
     out = []
     for index, item in enumerate(value):
-        item = _to_str(item, "%s[%d]" % (where, index))
+        item = to_str(item, "%s[%d]" % (where, index))
         if item is None:
             raise GateInputError("%s[%d]: expected %s, got null" % (where, index, what))
         out.append(item)
@@ -275,12 +275,12 @@ def _cuda_driver_tuple(value, where):
         if 1000 <= value < 100000:
             return cuda_version_from_nvml(value)
         raise GateInputError("%s: expected a CUDA version like '12.4' or NVML's 12040, got %d" % (where, value))
-    text = _to_str(value, where)
+    text = to_str(value, where)
     if is_ascii_digits(text.strip()) and len(text.strip()) <= 6 and 1000 <= int(text.strip()) < 100000:
         return cuda_version_from_nvml(int(text.strip()))
     parsed = parse_version(text)
     if parsed is None or not re.match(r"^\s*[0-9]{1,9}\.[0-9]{1,9}(\.[0-9]{1,9})?\s*\Z", text, re.ASCII):
-        raise GateInputError("%s: expected a CUDA version like '12.4', got %s" % (where, _short(value)))
+        raise GateInputError("%s: expected a CUDA version like '12.4', got %s" % (where, short_text(value)))
     return parsed[:2]
 
 
@@ -299,13 +299,13 @@ def _lost_gpus(value):
         where = "lost_gpus[%d]" % index
         if not isinstance(item, dict):
             raise GateInputError("%s: expected a mapping with bus_id, index and message, got %s" % (where, _tname(item)))
-        bus_id = _to_str(item.get("bus_id"), where + ".bus_id", allow_numbers=False)
+        bus_id = to_str(item.get("bus_id"), where + ".bus_id", allow_numbers=False)
         # null: the driver said a GPU is lost but no address could be matched to it (gpu_facts).
         if bus_id is not None and not _BUS_ID_RE.match(bus_id.strip()):
             raise GateInputError("%s.bus_id: expected a PCI bus ID like '0000:02:00.0' or null, got %s"
-                                 % (where, _short(item.get("bus_id"))))
+                                 % (where, short_text(item.get("bus_id"))))
         gpu_index = _to_int(item.get("index"), where + ".index", minimum=0, maximum=4096)
-        message = _to_str(item.get("message"), where + ".message", allow_numbers=False)
+        message = to_str(item.get("message"), where + ".message", allow_numbers=False)
         out.append({"bus_id": bus_id.strip() if bus_id else None, "index": gpu_index,
                     "message": (message or "").strip()})
     return out
@@ -332,25 +332,25 @@ def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm
         if not isinstance(gpu, dict):
             raise GateInputError("%s: expected a mapping with name, compute_capability and "
                                  "memory_total_mib, got %s" % (where, _tname(gpu)))
-        name = _to_str(gpu.get("name"), where + ".name") or "GPU %d" % index
+        name = to_str(gpu.get("name"), where + ".name") or "GPU %d" % index
         if has_control_chars(name.strip()):
-            raise GateInputError("%s.name: expected a one-line GPU name, got %s" % (where, _short(name)))
+            raise GateInputError("%s.name: expected a one-line GPU name, got %s" % (where, short_text(name)))
         raw_cc = gpu.get("compute_capability")
         cc = None
         if raw_cc is not None and raw_cc != "":
             cc = parse_cc(raw_cc)
             if cc is None:
                 raise GateInputError("%s.compute_capability: expected a string like '7.0' (major.minor), "
-                                     "got %s" % (where, _short(raw_cc)))
+                                     "got %s" % (where, short_text(raw_cc)))
         memory = _to_int(gpu.get("memory_total_mib"), where + ".memory_total_mib", minimum=1,
                          maximum=2 ** 31)
-        brand = _to_str(gpu.get("brand"), where + ".brand", allow_numbers=False)
+        brand = to_str(gpu.get("brand"), where + ".brand", allow_numbers=False)
         norm_gpus.append({"name": name.strip() or "GPU %d" % index, "cc": cc, "memory_mib": memory,
                           "brand": brand.strip().lower() if brand else None})
     out["gpus"] = norm_gpus
     out["lost_gpus"] = _lost_gpus(lost_gpus)
-    out["require_cuda_enforced"] = _to_bool(require_cuda_enforced, "require_cuda_enforced")
-    why = _to_str(runtime_mode_why, "runtime_mode_why", allow_numbers=False)
+    out["require_cuda_enforced"] = to_bool(require_cuda_enforced, "require_cuda_enforced")
+    why = to_str(runtime_mode_why, "runtime_mode_why", allow_numbers=False)
     out["runtime_mode_why"] = why.strip() if why else None
 
     # driver -----------------------------------------------------------------------------------
@@ -358,35 +358,35 @@ def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm
         out["driver"] = None
         out["driver_text"] = None
     else:
-        text = _to_str(driver_version, "driver_version")
+        text = to_str(driver_version, "driver_version")
         parsed = parse_driver_version(text)
         if parsed is None:
             raise GateInputError("driver_version: expected an NVIDIA driver version like '550.54.14', "
-                                 "got %s" % _short(driver_version))
+                                 "got %s" % short_text(driver_version))
         out["driver"] = parsed
         out["driver_text"] = text.strip().lstrip("rR")
     out["cuda_driver"] = _cuda_driver_tuple(cuda_driver_version, "cuda_driver_version")
-    out["nvlink"] = _to_bool(nvlink, "nvlink")
-    out["driver_library_mismatch"] = bool(_to_bool(driver_library_mismatch, "driver_library_mismatch"))
+    out["nvlink"] = to_bool(nvlink, "nvlink")
+    out["driver_library_mismatch"] = bool(to_bool(driver_library_mismatch, "driver_library_mismatch"))
 
     # image ------------------------------------------------------------------------------------
-    image = _to_mapping(image, "image", "cuda_version, require_cuda, arch_list, quantization_methods, "
+    image = to_mapping(image, "image", "cuda_version, require_cuda, arch_list, quantization_methods, "
                                         "vllm_version")
     img = {}
-    cuda_text = _to_str(image.get("cuda_version"), "image.cuda_version")
+    cuda_text = to_str(image.get("cuda_version"), "image.cuda_version")
     img["cuda"] = None
     if cuda_text not in (None, ""):
         parsed = parse_version(cuda_text)
         if parsed is None or not re.match(r"^\s*[vV]?[0-9]{1,9}\.[0-9]{1,9}(\.[0-9]{1,9})*\s*\Z", cuda_text,
                                           re.ASCII):
             raise GateInputError("image.cuda_version: expected a CUDA version like '12.4.1', got %s"
-                                 % _short(image.get("cuda_version")))
+                                 % short_text(image.get("cuda_version")))
         img["cuda"] = parsed
-    require = _to_str(image.get("require_cuda"), "image.require_cuda", allow_numbers=False)
+    require = to_str(image.get("require_cuda"), "image.require_cuda", allow_numbers=False)
     img["require_text"] = require.strip() if require else None
     if img["require_text"] and has_control_chars(img["require_text"]):
         raise GateInputError("image.require_cuda: expected one line like 'cuda>=12.4 brand=tesla,driver>=470', "
-                             "got %s" % _short(require))
+                             "got %s" % short_text(require))
     img["require"] = None
     if img["require_text"]:
         try:
@@ -404,10 +404,10 @@ def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm
     methods = _to_str_list(image.get("quantization_methods"), "image.quantization_methods",
                            "method names like 'gptq'")
     img["quant_methods"] = [m for m in (canonical_quant(x) for x in methods) if m] if methods is not None else None
-    version_text = _to_str(image.get("vllm_version"), "image.vllm_version")
+    version_text = to_str(image.get("vllm_version"), "image.vllm_version")
     if version_text and has_control_chars(version_text.strip()):
         raise GateInputError("image.vllm_version: expected a one-line version like '0.8.5', got %s"
-                             % _short(version_text))
+                             % short_text(version_text))
     img["vllm_version_text"] = version_text.strip() if version_text else None
     img["vllm_version"] = parse_version(version_text) if version_text else None
     if img["vllm_version"] is not None and len(img["vllm_version"]) < 2:
@@ -415,20 +415,20 @@ def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm
     out["image"] = img
 
     # model ------------------------------------------------------------------------------------
-    model = _to_mapping(model, "model", "weight_bytes, param_count, quant_method, num_hidden_layers, "
+    model = to_mapping(model, "model", "weight_bytes, param_count, quant_method, num_hidden_layers, "
                                         "num_key_value_heads, head_dim, max_position_embeddings, torch_dtype")
     mdl = {}
     mdl["weight_bytes"] = _to_int(model.get("weight_bytes"), "model.weight_bytes", minimum=0)
     param_count = _to_number(model.get("param_count"), "model.param_count", minimum=0.0, maximum=1e16)
     mdl["param_count"] = int(param_count) if param_count is not None else None
-    mdl["quant_method_text"] = _to_str(model.get("quant_method"), "model.quant_method", allow_numbers=False)
+    mdl["quant_method_text"] = to_str(model.get("quant_method"), "model.quant_method", allow_numbers=False)
     mdl["quant_method"] = canonical_quant(mdl["quant_method_text"])
-    scheme = _to_str(model.get("quant_scheme"), "model.quant_scheme", allow_numbers=False)
+    scheme = to_str(model.get("quant_scheme"), "model.quant_scheme", allow_numbers=False)
     mdl["quant_scheme"] = scheme.strip().lower() if scheme and scheme.strip() else None
     for key in ("num_hidden_layers", "num_key_value_heads", "head_dim", "max_position_embeddings",
                 "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size"):
         mdl[key] = _to_int(model.get(key), "model.%s" % key, minimum=1, maximum=2 ** 40)
-    torch_dtype = _to_str(model.get("torch_dtype"), "model.torch_dtype", allow_numbers=False)
+    torch_dtype = to_str(model.get("torch_dtype"), "model.torch_dtype", allow_numbers=False)
     mdl["torch_dtype"] = None
     if torch_dtype:
         name = torch_dtype.strip().lower()
@@ -439,7 +439,7 @@ def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm
     out["model_raw"] = dict(model)
 
     # vllm -------------------------------------------------------------------------------------
-    vllm = _to_mapping(vllm, "vllm", "tensor_parallel_size, pipeline_parallel_size, dtype, quantization, "
+    vllm = to_mapping(vllm, "vllm", "tensor_parallel_size, pipeline_parallel_size, dtype, quantization, "
                                      "max_model_len, max_num_seqs, gpu_memory_utilization, kv_cache_dtype, "
                                      "cpu_offload_gb")
     args = {}
@@ -447,15 +447,15 @@ def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm
                                            minimum=1, maximum=4096)
     args["pipeline_parallel_size"] = _to_int(vllm.get("pipeline_parallel_size"),
                                              "vllm.pipeline_parallel_size", minimum=1, maximum=4096)
-    dtype = _to_str(vllm.get("dtype"), "vllm.dtype", allow_numbers=False)
+    dtype = to_str(vllm.get("dtype"), "vllm.dtype", allow_numbers=False)
     if dtype is not None:
         dtype = dtype.strip().lower()
         if dtype.startswith("torch."):
             dtype = dtype[6:]
         if dtype not in VLLM_DTYPES:
-            raise GateInputError("vllm.dtype: expected one of %s, got %s" % (", ".join(VLLM_DTYPES), _short(dtype)))
+            raise GateInputError("vllm.dtype: expected one of %s, got %s" % (", ".join(VLLM_DTYPES), short_text(dtype)))
     args["dtype"] = dtype
-    quant = _to_str(vllm.get("quantization"), "vllm.quantization", allow_numbers=False)
+    quant = to_str(vllm.get("quantization"), "vllm.quantization", allow_numbers=False)
     args["quantization_text"] = quant
     args["quantization"] = canonical_quant(quant)
     args["max_model_len"] = _human_int(vllm.get("max_model_len"), "vllm.max_model_len") \
@@ -464,13 +464,13 @@ def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm
     args["gpu_memory_utilization"] = _to_number(vllm.get("gpu_memory_utilization"),
                                                 "vllm.gpu_memory_utilization", minimum=0.0, maximum=1.0,
                                                 exclusive_min=True)
-    kv_dtype = _to_str(vllm.get("kv_cache_dtype"), "vllm.kv_cache_dtype", allow_numbers=False)
+    kv_dtype = to_str(vllm.get("kv_cache_dtype"), "vllm.kv_cache_dtype", allow_numbers=False)
     if kv_dtype is not None:
         kv_dtype = kv_dtype.strip().lower()
         kv_dtype = DTYPE_ALIASES.get(kv_dtype, kv_dtype)
         if kv_dtype not in KV_CACHE_DTYPES:
             raise GateInputError("vllm.kv_cache_dtype: expected one of %s, got %s"
-                                 % (", ".join(sorted(KV_CACHE_DTYPES)), _short(kv_dtype)))
+                                 % (", ".join(sorted(KV_CACHE_DTYPES)), short_text(kv_dtype)))
     args["kv_cache_dtype"] = kv_dtype
     args["cpu_offload_gb"] = _to_number(vllm.get("cpu_offload_gb"), "vllm.cpu_offload_gb", minimum=0.0,
                                         maximum=1e6)

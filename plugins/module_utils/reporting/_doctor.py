@@ -42,13 +42,13 @@ import json
 import math
 import re
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._daemon_json import DaemonJsonError, parse_daemon_json
-from ansible_collections.labfleet.vllm.plugins.module_utils._gate import GateInputError, evaluate
-from ansible_collections.labfleet.vllm.plugins.module_utils._gpu import ParseError, parse_topology
-from ansible_collections.labfleet.vllm.plugins.module_utils._host import first_version, require_cuda_enforcement
-from ansible_collections.labfleet.vllm.plugins.module_utils._image import classify_gpu_check
-from ansible_collections.labfleet.vllm.plugins.module_utils._plan import arg_key
-from ansible_collections.labfleet.vllm.plugins.module_utils._policy import arch_reach, covers, parse_arch, parse_cc
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats._daemon_json import DaemonJsonError, parse_daemon_json
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate import GateInputError, evaluate
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._gpu import ParseError, parse_topology
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import first_version, require_cuda_enforcement
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._image import classify_gpu_check
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._plan import arg_key
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import arch_reach, covers, parse_arch, parse_cc
 
 CHECKS = ("gpu_in_container", "illegal_instruction", "no_kernel_image", "out_of_memory", "tensor_parallel_pcie")
 STATUSES = ("healthy", "problem", "unknown", "not_applicable")
@@ -68,7 +68,7 @@ SOURCES = {
     "runtime_configure": ("NVIDIA/nvidia-container-toolkit cmd/nvidia-ctk/runtime/configure/configure.go, "
                           "pkg/config/engine/docker/docker.go: `nvidia-ctk runtime configure --runtime=docker` "
                           "adds runtimes.nvidia to /etc/docker/daemon.json (facts.md section 5)", "verified"),
-    "gpu_path": ("plugins/module_utils/_host.py require_cuda_enforcement (how docker --gpus reaches the GPUs, "
+    "gpu_path": ("plugins/module_utils/probes/_host.py require_cuda_enforcement (how docker --gpus reaches the GPUs, "
                  "and when it is blocked)", "verified"),
     "dev_char": ("NVIDIA/nvidia-container-toolkit#48, NVIDIA/nvidia-docker#1671: containers lose their GPUs "
                  "('Failed to initialize NVML: Unknown Error') after systemctl daemon-reload without the "
@@ -82,7 +82,7 @@ SOURCES = {
                      "toolkit 1.18.0 (facts.md section 5)", "verified"),
     "cdi_stale": ("NVIDIA/nvidia-container-toolkit#856, #1611, #1517 and NVIDIA/NemoClaw PR #4733: a CDI spec "
                   "left from another driver or GPU set (anchors.md (d)8)", "third_party"),
-    "gpu_check": ("plugins/module_utils/_image.py classify_gpu_check (what docker and CUDA print, and the fix)",
+    "gpu_check": ("plugins/module_utils/probes/_image.py classify_gpu_check (what docker and CUDA print, and the fix)",
                   "verified"),
     "vllm_cuda_build": ("vllm@0.8.5:CMakeLists.txt:88-89 and vllm@0.19.1:CMakeLists.txt:110-111 include "
                         "cmake/cpu_extension.cmake (the -mavx* flags) only for VLLM_TARGET_DEVICE cpu, so vLLM's own "
@@ -103,7 +103,7 @@ SOURCES = {
                        "(abetlen/llama-cpp-python#839)", "third_party"),
     "vm_cpu": ("a virtual CPU model can hide AVX2 from the guest; CPU passthrough fixed it "
                "(Mintplex-Labs/anything-llm#1331)", "third_party"),
-    "arch_reach": ("plugins/module_utils/_policy.py arch_reach/covers: SASS for X.Y runs on X.Z with Z >= Y, PTX for "
+    "arch_reach": ("plugins/module_utils/knowledge/_policy.py arch_reach/covers: SASS for X.Y runs on X.Z with Z >= Y, PTX for "
                    "X.Y is JIT-compiled for any arch >= X.Y", "verified"),
     "no_kernel_image": ("vllm-project/vllm#19185, #5547, #4187 (V100: 'no kernel image is available for execution "
                         "on the device'), reliability.md section 3; the gate's IMAGE_LACKS_ARCH", "third_party"),
@@ -118,7 +118,7 @@ SOURCES = {
                   "CUDA_CACHE_MAXSIZE; anchors.md (c)12)", "third_party"),
     "ptx_toolchain": ("cudaErrorUnsupportedPtxVersion: a driver cannot JIT-compile PTX from a newer toolkit "
                       "(facts.md section 1.2; vllm@0.17.0 docs/usage/troubleshooting.md)", "verified"),
-    "memory_plan": ("plugins/module_utils/_gate.py memory_plan and _vllm_memory.profile_reserve: budget = total x "
+    "memory_plan": ("plugins/module_utils/decisions/_gate.py memory_plan and _vllm_memory.profile_reserve: budget = total x "
                     "gpu_memory_utilization, reserve (activation peak, cuBLAS, non-torch), outside_budget (CUDA "
                     "context, CUDA graphs, NCCL)", "verified"),
     "oom_cache_v0": ("vllm@0.8.5:vllm/worker/worker.py:559-570 ('No available memory for the cache blocks'; 'The "

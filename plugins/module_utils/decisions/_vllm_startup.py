@@ -36,7 +36,7 @@ import math
 import re
 from fractions import Fraction
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
     DTYPE_ALIASES,
     KV_CACHE_DTYPES_BY_RELEASE,
     coerce_bool,

@@ -38,14 +38,14 @@ import os
 import re
 import stat
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._pci_ids import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._pci_ids import (
     NVIDIA_VENDOR_ID,
     architecture_for,
     compute_capability_from_name,
     lookup_device,
     normalize_device_id,
 )
-from ansible_collections.labfleet.vllm.plugins.module_utils._policy import cuda_version_from_nvml
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import cuda_version_from_nvml
 
 # States (machine-readable; documented in the module's RETURN block). Never renamed.
 STATE_OK = "ok"

@@ -19,7 +19,7 @@ import json
 import math
 import re
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._metrics import scrape_targets
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._metrics import scrape_targets
 
 REPORT_FORMAT = 2
 

@@ -23,26 +23,26 @@ import datetime
 import math
 import re
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._gate import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate import (
     GIB,
     GateInputError,
     input_errors_only,
-    _short,
-    _to_bool,
-    _to_mapping,
-    _to_str,
+    short_text,
+    to_bool,
+    to_mapping,
+    to_str,
     check_plain_value,
     evaluate,
 )
-from ansible_collections.labfleet.vllm.plugins.module_utils._gptq import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.converters._gptq import (
     BITS as GPTQ_BITS,
     EXPECTED_ERROR as GPTQ_EXPECTED_ERROR,
     GROUP_SIZES as GPTQ_GROUP_SIZES,
     repacked_tensor_bytes,
 )
-from ansible_collections.labfleet.vllm.plugins.module_utils._host import require_cuda_enforcement
-from ansible_collections.labfleet.vllm.plugins.module_utils._model import repacked_model_bytes
-from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import require_cuda_enforcement
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._model import repacked_model_bytes
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
     arch_for_cc,
     has_control_chars,
     is_ascii_digits,
@@ -154,7 +154,7 @@ def _enforce_eager_value(value, where):
         return "auto"
     if isinstance(value, str) and value.strip().lower() == "auto":
         return "auto"
-    result = _to_bool(value, where)
+    result = to_bool(value, where)
     return "auto" if result is None else result
 
 
@@ -165,10 +165,10 @@ def _str_list(value, where):
         raise GateInputError("%s: expected a list of strings, got %s" % (where, type(value).__name__))
     out = []
     for index, item in enumerate(value):
-        text = _to_str(item, "%s[%d]" % (where, index))
+        text = to_str(item, "%s[%d]" % (where, index))
         if text is None or has_control_chars(text) or (isinstance(item, float) and not math.isfinite(item)):
             raise GateInputError("%s[%d]: expected a one-line string without control characters (newline, "
-                                 "carriage return, NUL, tab ...), got %s" % (where, index, _short(item)))
+                                 "carriage return, NUL, tab ...), got %s" % (where, index, short_text(item)))
         out.append(text)
     return out
 
@@ -186,19 +186,19 @@ def _gpu_selection(value, where):
         parts = [p for p in re.split(r"[\s,]+", text, flags=re.ASCII) if p]
         if not parts or not all(is_ascii_digits(p) and len(p) <= 4 for p in parts):
             raise GateInputError("%s: expected 'all', a GPU index or a list of indices like [0, 1], got %s"
-                                 % (where, _short(value)))
+                                 % (where, short_text(value)))
         return sorted(set(int(p) for p in parts))
     if isinstance(value, bool):
-        raise GateInputError("%s: expected 'all' or GPU indices, got %s" % (where, _short(value)))
+        raise GateInputError("%s: expected 'all' or GPU indices, got %s" % (where, short_text(value)))
     if isinstance(value, int):
         value = [value]
     if not isinstance(value, (list, tuple)) or not value:
-        raise GateInputError("%s: expected 'all' or a non-empty list of GPU indices, got %s" % (where, _short(value)))
+        raise GateInputError("%s: expected 'all' or a non-empty list of GPU indices, got %s" % (where, short_text(value)))
     out = []
     for index, item in enumerate(value):
         if isinstance(item, bool) or not (isinstance(item, int) or (isinstance(item, str) and is_ascii_digits(item.strip())
                                                                     and len(item.strip()) <= 4)):
-            raise GateInputError("%s[%d]: expected a GPU index (integer >= 0), got %s" % (where, index, _short(item)))
+            raise GateInputError("%s[%d]: expected a GPU index (integer >= 0), got %s" % (where, index, short_text(item)))
         number = int(item)
         if number < 0 or number > 4095:
             raise GateInputError("%s[%d]: expected a GPU index between 0 and 4095, got %d" % (where, index, number))
@@ -211,16 +211,16 @@ def _check_args(args, where, strict=True):
     Not ``strict`` (deploy_gate's older ``vllm`` option): any keys, passed through as documented.
     Both: no control character in a key or a string value, no NaN or infinity, no integer beyond
     2**63 (each reaches effective_vllm and the unit's argv)."""
-    args = _to_mapping(args, where, "vLLM argument names with underscores, e.g. max_model_len")
+    args = to_mapping(args, where, "vLLM argument names with underscores, e.g. max_model_len")
     for key, value in args.items():
         if has_control_chars(key) or not key.strip():
             raise GateInputError("%s: argument names are one line without control characters, like max_model_len, "
-                                 "got %s" % (where, _short(key)))
+                                 "got %s" % (where, short_text(key)))
         check_plain_value(value, "%s.%s" % (where, key))
     for key, value in args.items() if strict else ():
         if not _ARG_KEY_RE.match(key):
             raise GateInputError("%s: argument names are lower case with underscores (max_model_len), got %s"
-                                 % (where, _short(key)))
+                                 % (where, short_text(key)))
         if key in RESERVED_ARGS:
             raise GateInputError("%s.%s: not a vLLM argument to set here: %s" % (where, key, RESERVED_ARGS[key]))
         if isinstance(value, (dict, list, tuple)):
@@ -252,13 +252,13 @@ def gptq_copy_path(model_path, gptq_model_path=None, group_size=None):
 def _copy_path(request, key, model_path, example, what):
     """request[key], a directory for a converted copy: None, or an absolute one-line path outside
     model_path (and not above it)."""
-    raw = _to_str(request.get(key), "request.%s" % key, allow_numbers=False)
+    raw = to_str(request.get(key), "request.%s" % key, allow_numbers=False)
     text = raw.strip() if raw and raw.strip() else None
     if text is None:
         return None
     if has_control_chars(raw) or not text.startswith("/"):
         raise GateInputError("request.%s: expected an absolute one-line path (e.g. %s), got %s"
-                             % (key, example, _short(text)))
+                             % (key, example, short_text(text)))
     text = text.rstrip("/") or "/"
     if model_path:
         src = model_path.rstrip("/")
@@ -282,16 +282,16 @@ def _group_size(value):
         return None
     if number not in GPTQ_GROUP_SIZES:
         raise GateInputError("request.gptq_group_size: expected one of %s, or 0 (the gate picks the smallest that "
-                             "fits), got %s" % (", ".join(str(g) for g in GPTQ_GROUP_SIZES), _short(value)))
+                             "fits), got %s" % (", ".join(str(g) for g in GPTQ_GROUP_SIZES), short_text(value)))
     return number
 
 
 def _serving_request(request, model_path):
-    mode = _to_str(request.get("serving_path"), "request.serving_path", allow_numbers=False)
+    mode = to_str(request.get("serving_path"), "request.serving_path", allow_numbers=False)
     mode = (mode or "auto").strip().lower()
     if mode not in SERVING_PATHS:
         raise GateInputError("request.serving_path: expected one of %s, got %s"
-                             % (", ".join(SERVING_PATHS), _short(request.get("serving_path"))))
+                             % (", ".join(SERVING_PATHS), short_text(request.get("serving_path"))))
     fp16 = fp16_copy_path(model_path, _copy_path(request, "fp16_model_path", model_path, "/srv/models/model-fp16",
                                                  "FP16 copy"))
     gptq = _copy_path(request, "gptq_model_path", model_path, "/srv/models/model-gptq", "GPTQ copy")
@@ -304,19 +304,19 @@ def normalize_request(request, vllm=None):
     ``vllm`` (deploy_gate's older option) is the base of the vLLM arguments; the request's own
     ``vllm_args`` are merged over it.
     """
-    request = _to_mapping(request, "request", "image, image_digest, model_path, served_model_name, vllm_args, "
+    request = to_mapping(request, "request", "image, image_digest, model_path, served_model_name, vllm_args, "
                                               "enforce_eager, extra_args, instances, driver, serving_path, "
                                               "fp16_model_path, gptq_model_path, gptq_group_size")
     out = {}
     for key in ("image", "image_digest", "model_path", "served_model_name"):
-        text = _to_str(request.get(key), "request.%s" % key, allow_numbers=False)
+        text = to_str(request.get(key), "request.%s" % key, allow_numbers=False)
         if text is not None and has_control_chars(text):
             raise GateInputError("request.%s: expected a one-line string without control characters (newline, "
-                                 "carriage return, NUL, tab ...), got %s" % (key, _short(text)))
+                                 "carriage return, NUL, tab ...), got %s" % (key, short_text(text)))
         out[key] = text.strip() if text and text.strip() else None
     if out["image_digest"] and not re.match(r"^sha256:[0-9a-f]{64}\Z", out["image_digest"]):
         raise GateInputError("request.image_digest: expected sha256:<64 lower-case hex digits>, got %s"
-                             % _short(out["image_digest"]))
+                             % short_text(out["image_digest"]))
     (out["serving_path"], out["fp16_model_path"], out["gptq_model_path"],
      out["gptq_group_size"]) = _serving_request(request, out["model_path"])
     base = _check_args(vllm, "vllm", strict=False)
@@ -326,23 +326,23 @@ def normalize_request(request, vllm=None):
     out["vllm_args"] = base
     out["extra_args"] = _str_list(request.get("extra_args"), "request.extra_args")
 
-    driver = _to_mapping(request.get("driver"), "request.driver", "manage, branch, version, allow_change")
-    manage = _to_bool(driver.get("manage"), "request.driver.manage")
-    branch_text = _to_str(driver.get("branch"), "request.driver.branch")
+    driver = to_mapping(request.get("driver"), "request.driver", "manage, branch, version, allow_change")
+    manage = to_bool(driver.get("manage"), "request.driver.manage")
+    branch_text = to_str(driver.get("branch"), "request.driver.branch")
     branch = None
     if branch_text not in (None, ""):
         parsed = parse_driver_version(branch_text)
         if parsed is None or len(parsed) != 1:
             raise GateInputError("request.driver.branch: expected a driver branch like '550' or 'R580', got %s"
-                                 % _short(driver.get("branch")))
+                                 % short_text(driver.get("branch")))
         branch = parsed[0]
-    version_text = _to_str(driver.get("version"), "request.driver.version")
+    version_text = to_str(driver.get("version"), "request.driver.version")
     version = None
     if version_text not in (None, ""):
         parsed = parse_driver_version(version_text)
         if parsed is None or len(parsed) < 2:
             raise GateInputError("request.driver.version: expected an exact driver version like '550.163.01', got %s"
-                                 % _short(driver.get("version")))
+                                 % short_text(driver.get("version")))
         if branch is not None and parsed[0] != branch:
             raise GateInputError("request.driver.version %s is not on request.driver.branch R%d: make them agree "
                                  "or leave one empty" % (version_text.strip(), branch))
@@ -352,7 +352,7 @@ def normalize_request(request, vllm=None):
         "manage": True if manage is None else manage,
         "branch": branch,
         "version": version,
-        "allow_change": bool(_to_bool(driver.get("allow_change"), "request.driver.allow_change")),
+        "allow_change": bool(to_bool(driver.get("allow_change"), "request.driver.allow_change")),
     }
 
     instances = request.get("instances")
@@ -360,16 +360,16 @@ def normalize_request(request, vllm=None):
         instances = [dict(_DEFAULT_INSTANCE)]
     if not isinstance(instances, (list, tuple)) or not instances:
         raise GateInputError("request.instances: expected a non-empty list of instances ({name, port, gpus, "
-                             "vllm_args, ...}), got %s" % _short(instances))
+                             "vllm_args, ...}), got %s" % short_text(instances))
     names = set()
     normalized = []
     for index, item in enumerate(instances):
         where = "request.instances[%d]" % index
-        item = _to_mapping(item, where, "name, port, gpus, vllm_args, extra_args, ...")
-        name = _to_str(item.get("name"), where + ".name", allow_numbers=False)
+        item = to_mapping(item, where, "name, port, gpus, vllm_args, extra_args, ...")
+        name = to_str(item.get("name"), where + ".name", allow_numbers=False)
         if not name or not _INSTANCE_NAME_RE.match(name):
             raise GateInputError("%s.name: expected a unit/container name (letters, digits, . _ -), got %s"
-                                 % (where, _short(item.get("name"))))
+                                 % (where, short_text(item.get("name"))))
         if name in names:
             raise GateInputError("%s.name: %s is used twice; instance names must be unique" % (where, name))
         names.add(name)
@@ -571,16 +571,16 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
     # Without a request (deploy_gate's older callers) the installed driver is judged as it is.
     legacy = request is None
     req = normalize_request({"driver": {"manage": False}} if legacy else request, vllm)
-    host = _to_mapping(host, "host", "docker_server_version, nvidia_ctk_version, ...")
+    host = to_mapping(host, "host", "docker_server_version, nvidia_ctk_version, ...")
     for key in _HOST_VERSION_KEYS:
         value = host.get(key)
         if value is not None and not (isinstance(value, str) and _is_version_text(value)):
             raise GateInputError("host.%s: expected a version like '1.17.8' (host_facts reports it), or null, got %s"
-                                 % (key, _short(value)))
-    image = _to_mapping(image, "image", "cuda_version, require_cuda, arch_list, quantization_methods, vllm_version")
-    model = _to_mapping(model, "model", "weight_bytes, num_hidden_layers, ...")
-    fp16_copy = _to_mapping(fp16_copy, "fp16_copy", "complete, disk_free_bytes")
-    gptq_copy = _to_mapping(gptq_copy, "gptq_copy", "complete_paths, disk_free_bytes")
+                                 % (key, short_text(value)))
+    image = to_mapping(image, "image", "cuda_version, require_cuda, arch_list, quantization_methods, vllm_version")
+    model = to_mapping(model, "model", "weight_bytes, num_hidden_layers, ...")
+    fp16_copy = to_mapping(fp16_copy, "fp16_copy", "complete, disk_free_bytes")
+    gptq_copy = to_mapping(gptq_copy, "gptq_copy", "complete_paths, disk_free_bytes")
     if gptq_copy.get("complete_paths") is not None:
         gptq_copy["complete_paths"] = _str_list(gptq_copy["complete_paths"], "gptq_copy.complete_paths")
     gpus = gpus if gpus is not None else []
@@ -603,7 +603,7 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
                   lost_gpus=lost_gpus, require_cuda_enforced=runtime["enforced"], runtime_mode_why=runtime["why"])
 
     # The driver the host will have: what the nvidia_driver role installs, keeps or replaces.
-    current = _to_str(driver_version, "driver_version")
+    current = to_str(driver_version, "driver_version")
     probe = evaluate(gpus=gpus, driver_version=current, cuda_driver_version=cuda_driver_version,
                      driver_library_mismatch=driver_library_mismatch, vllm=req["vllm_args"], **common)
     requirements = probe["driver_requirements"]
@@ -795,23 +795,23 @@ def linear_shapes(model):
         return None, None
     if not isinstance(shapes, (list, tuple)) or len(shapes) > _MAX_SHAPES:
         raise GateInputError("model.nvfp4_linear_shapes: expected a list of at most %d {out_features, in_features, "
-                             "count} (model_facts reports it), got %s" % (_MAX_SHAPES, _short(shapes)))
+                             "count} (model_facts reports it), got %s" % (_MAX_SHAPES, short_text(shapes)))
     out = []
     for index, item in enumerate(shapes):
         where = "model.nvfp4_linear_shapes[%d]" % index
-        item = _to_mapping(item, where, "out_features, in_features, count")
+        item = to_mapping(item, where, "out_features, in_features, count")
         entry = {}
         for key in ("out_features", "in_features", "count"):
             value = item.get(key)
             number = _positive_int(value) if not isinstance(value, float) else None
             if number is None or number > 2 ** 40:
-                raise GateInputError("%s.%s: expected a positive integer, got %s" % (where, key, _short(value)))
+                raise GateInputError("%s.%s: expected a positive integer, got %s" % (where, key, short_text(value)))
             entry[key] = number
         out.append(entry)
     other = model.get("nvfp4_other_bytes")
     other_bytes = 0 if other in (None, 0) else _positive_int(other) if not isinstance(other, float) else None
     if other_bytes is None or other_bytes > 2 ** 62:
-        raise GateInputError("model.nvfp4_other_bytes: expected bytes (an integer >= 0), got %s" % _short(other))
+        raise GateInputError("model.nvfp4_other_bytes: expected bytes (an integer >= 0), got %s" % short_text(other))
     return out, other_bytes
 
 

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # PRIVATE to the labfleet.vllm collection. No compatibility promise; do not import from other
-# collections. Used by plugins/module_utils/_gpu.py and the gpu_facts module.
+# collections. Used by plugins/module_utils/probes/_gpu.py and the gpu_facts module.
 #
 # Copyright: (c) 2026, labfleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -26,7 +26,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._policy import ARCHITECTURES, architecture_label
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import ARCHITECTURES, architecture_label
 
 NVIDIA_VENDOR_ID = "10de"
 

@@ -31,8 +31,8 @@ import math
 import re
 import unicodedata
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._host import GO_TRUE
-from ansible_collections.labfleet.vllm.plugins.module_utils._policy import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import GO_TRUE
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
     TORCH_WHEELS,
     VLLM_RELEASES,
     covers,

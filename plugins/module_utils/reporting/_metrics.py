@@ -20,7 +20,7 @@ __metaclass__ = type
 
 import ipaddress
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._unit import is_loopback as unit_is_loopback
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats._unit import is_loopback as unit_is_loopback
 
 # Host outcomes whose instances serve (docs/fleet_report.md): deployed now, or already serving.
 SERVING_OUTCOMES = ("deployed", "serving")

@@ -28,7 +28,7 @@ for a linear weight W [N out_features, K in_features] at group size g:
   ``output_size_per_partition % 8 != 0`` (also under tensor parallelism: column-parallel layers
   split N, row-parallel layers split K); 2, 3, 4 and 8 bits exist, this repacker writes 4.
 
-The NVFP4 values come from plugins/module_utils/_nvfp4.py (the same reader and arithmetic as the
+The NVFP4 values come from plugins/module_utils/formats/_nvfp4.py (the same reader and arithmetic as the
 dequantizer): value = e2m1 code x float32 block scale (e4m3 x / or / per-tensor scale). Per group,
 scale s and zero z are chosen to minimise the squared error against those exact values: candidate
 steps on the e2m1 lattice of the group (amax/6 x 0.45 .. 1.0, a min/max candidate among them),
@@ -46,9 +46,9 @@ import math
 import os
 import re
 
-from ansible_collections.labfleet.vllm.plugins.module_utils import _nvfp4
-from ansible_collections.labfleet.vllm.plugins.module_utils._nvfp4 import Nvfp4Error
-from ansible_collections.labfleet.vllm.plugins.module_utils._policy import QUANTIZATION as _QUANTIZATION
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _nvfp4
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats._nvfp4 import Nvfp4Error
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import QUANTIZATION as _QUANTIZATION
 
 np = _nvfp4.np
 

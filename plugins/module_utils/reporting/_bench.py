@@ -44,10 +44,10 @@ import json
 import math
 import re
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._openai import finish_reason as chunk_finish_reason
-from ansible_collections.labfleet.vllm.plugins.module_utils._openai import stream_item
-from ansible_collections.labfleet.vllm.plugins.module_utils._openai import usage_tokens as chunk_usage_tokens
-from ansible_collections.labfleet.vllm.plugins.module_utils._pci_ids import lookup_device
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai import finish_reason as chunk_finish_reason
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai import stream_item
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai import usage_tokens as chunk_usage_tokens
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._pci_ids import lookup_device
 
 SCHEMA = "labfleet.vllm.benchmark/1"
 # The highest concurrency a level may have (threads on the host) and the most levels per run.

@@ -35,7 +35,7 @@ import binascii
 import hashlib
 import re
 
-from ansible_collections.labfleet.vllm.plugins.module_utils._policy import kernel_module_labels
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import kernel_module_labels
 
 # ---------------------------------------------------------------------------------------------
 # Data

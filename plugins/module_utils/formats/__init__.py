@@ -1,0 +1,12 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Floor 1: file formats.
+
+Readers and writers of formats the collection handles: safetensors and NVFP4 checkpoints, Docker's
+daemon.json, systemd units and env files.
+
+May import: knowledge. Nothing here imports a private name (``_x``) of another file, or a floor above.
+(tests/unit/plugins/module_utils/test_layers.py checks both.)
+"""

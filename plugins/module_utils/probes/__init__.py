@@ -1,0 +1,12 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Floor 3: probes.
+
+Read one host, image or model into facts: GPUs (NVML, nvidia-smi, PCI), the host (CPU flags, disk,
+container stack), a vLLM image, a model directory.
+
+May import: knowledge, formats, clients, converters. Nothing here imports a private name (``_x``) of another file, or a floor above.
+(tests/unit/plugins/module_utils/test_layers.py checks both.)
+"""

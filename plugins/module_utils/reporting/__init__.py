@@ -1,0 +1,11 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, labfleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Floor 5: reporting.
+
+The doctor, the fleet report, metrics targets, the benchmark's figures and chart.
+
+May import every floor below. Nothing here imports a private name (``_x``) of another file, or a floor above.
+(tests/unit/plugins/module_utils/test_layers.py checks both.)
+"""
