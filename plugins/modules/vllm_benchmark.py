@@ -431,7 +431,7 @@ def stream_request(url, body, headers, timeout, clock=time.monotonic):
             outcome["error"] = state["error"] or stream["error"]
             if not outcome["error"] and not stream["done"]:
                 outcome["error"] = "the stream ended without data: [DONE]"
-        if watchdog.fired and not stream["done"]:
+        if watchdog.expired() and not stream["done"]:
             outcome["timed_out"] = True
             outcome["error"] = "%s (%d token event(s) so far)" % (timeout_message(url, timeout), len(stream["events"]))
     finally:

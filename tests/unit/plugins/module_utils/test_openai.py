@@ -2,6 +2,7 @@
 against a tiny server on 127.0.0.1."""
 
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -193,6 +194,75 @@ def test_deadline_counts_down_on_its_clock():
     assert deadline.remaining() == 6 and not deadline.expired()
     clock.now = 10
     assert deadline.expired() and deadline.remaining() == 0
+
+
+class ManualTimer:
+    """threading.Timer's interface for _Watchdog; runs its function only when the test calls fire()."""
+
+    def __init__(self, interval, function):
+        self.interval = interval
+        self.function = function
+        self.daemon = False
+        self.started = False
+        self.cancelled = False
+
+    def start(self):
+        self.started = True
+
+    def cancel(self):
+        self.cancelled = True
+
+    def fire(self):
+        self.function()
+
+
+class FakeSocket:
+    def __init__(self):
+        self.shut = []
+
+    def shutdown(self, how):
+        self.shut.append(how)
+
+
+def watchdog(seconds, clock):
+    timers = []
+
+    def timer(interval, function):
+        timers.append(ManualTimer(interval, function))
+        return timers[-1]
+
+    return O._Watchdog(seconds, clock, timer), timers
+
+
+def test_watchdog_deadline_is_its_seconds_from_its_start_on_its_clock():
+    clock = FakeClock()
+    clock.now = 100.0
+    dog, timers = watchdog(5, clock)
+    assert [t.interval for t in timers] == [5.0] and timers[0].daemon and not timers[0].started
+    clock.now = 200.0
+    assert not dog.expired()                      # not started: no deadline yet
+    dog.start()
+    assert timers[0].started and dog.ends == 205.0
+    clock.now = 204.999
+    assert not dog.expired()
+    # The deadline passed on the clock before the timer thread ran (a socket read that ended on
+    # its own timeout, which is as long): the time is up all the same.
+    clock.now = 205.0
+    assert dog.expired() and not dog.fired
+    dog.stop()
+    assert timers[0].cancelled
+
+
+def test_watchdog_that_fires_shuts_the_socket_and_expires_at_once():
+    clock = FakeClock()
+    dog, timers = watchdog(-3, clock)
+    assert timers[0].interval == 0.0              # a negative timeout is no time at all
+    dog, timers = watchdog(30, clock)
+    dog.connection = type("Connection", (), {"sock": FakeSocket()})()
+    dog.start()
+    timers[0].fire()
+    assert dog.fired and dog.expired() and clock.now < dog.ends
+    assert dog.connection.sock.shut == [socket.SHUT_RDWR]
 
 
 def test_iter_lines_handles_crlf_split_across_pieces_and_lone_cr():
