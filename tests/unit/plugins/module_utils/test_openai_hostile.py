@@ -137,34 +137,6 @@ def timed(call):
     return result, time.monotonic() - began
 
 
-def record_watchdogs(monkeypatch, fire=True):
-    """Replace the watchdog's timer by one that records the seconds it is started with (and, with
-    ``fire`` False, never fires: only the socket's own timeout can then end a read). Returns the list
-    of those seconds, one per request that got as far as starting its watchdog."""
-    started = []
-
-    class Timer(threading.Timer):
-        def start(self):
-            started.append(self.interval)
-            if fire:
-                threading.Timer.start(self)
-
-    real = O._Watchdog
-
-    class Watchdog(real):
-        def __init__(self, seconds, clock=time.monotonic, timer=Timer):
-            real.__init__(self, seconds, clock, timer)
-
-    monkeypatch.setattr(O, "_Watchdog", Watchdog)
-    return started
-
-
-@pytest.fixture()
-def armed(monkeypatch):
-    """The seconds each request's watchdog was started with (the real timer, recorded)."""
-    return record_watchdogs(monkeypatch)
-
-
 CHAT = O.chat_body("quasar", "hi", 16)
 
 
@@ -269,11 +241,11 @@ def test_no_done_after_the_last_token_on_a_kept_connection_times_out(serve, arme
     assert result["timed_out"] and result["error"].endswith("within 1 s (1 token(s) so far)"), result
 
 
-def test_a_read_ended_by_the_sockets_own_timeout_is_the_timeout_too(serve, monkeypatch):
+def test_a_read_ended_by_the_sockets_own_timeout_is_the_timeout_too(serve, armed_held):
     """The socket's own timeout is as long as the watchdog's and may end a read before the timer
     thread has run (on a loaded machine it did): that is the request's timeout all the same, not a
     read error. Here the timer never fires, so only the socket's timeout ends the reads."""
-    started = record_watchdogs(monkeypatch, fire=False)
+    started = armed_held
     url = serve(last_token_then_silence)
     result, elapsed = timed(lambda: O.chat_completion(url + "/v", CHAT, timeout=SHORT))
     assert started == [SHORT] and SHORT <= elapsed < 1.9 * SHORT, (started, elapsed)

@@ -1,0 +1,42 @@
+"""Fixtures shared by the tests of the plugins: the deadlines _openai's requests get."""
+
+import threading
+import time
+
+import pytest
+
+from ansible_collections.labfleet.vllm.plugins.module_utils import _openai
+
+
+def record_watchdogs(monkeypatch, fire=True):
+    """Replace the timer of _openai's request watchdog by one that records the seconds it is started
+    with and, with ``fire`` False, never fires (only the socket's own timeout can then end a read).
+    Returns the list of those seconds, one per request that got as far as starting its watchdog."""
+    started = []
+
+    class Timer(threading.Timer):
+        def start(self):
+            started.append(self.interval)
+            if fire:
+                threading.Timer.start(self)
+
+    real = _openai._Watchdog
+
+    class Watchdog(real):
+        def __init__(self, seconds, clock=time.monotonic, timer=Timer):
+            real.__init__(self, seconds, clock, timer)
+
+    monkeypatch.setattr(_openai, "_Watchdog", Watchdog)
+    return started
+
+
+@pytest.fixture()
+def armed(monkeypatch):
+    """The seconds each request's watchdog is started with (the real timer, recorded)."""
+    return record_watchdogs(monkeypatch)
+
+
+@pytest.fixture()
+def armed_held(monkeypatch):
+    """As ``armed``, with timers that never fire: only the socket's own timeout ends a read."""
+    return record_watchdogs(monkeypatch, fire=False)
