@@ -1,4 +1,5 @@
-"""Fixtures shared by the tests of the plugins: the deadlines _openai's requests get."""
+"""Fixtures shared by the tests of the plugins: timers that fire when a test says so, and the
+deadlines _openai's requests get."""
 
 import threading
 import time
@@ -6,6 +7,41 @@ import time
 import pytest
 
 from ansible_collections.labfleet.vllm.plugins.module_utils import _openai
+
+
+class ManualTimer:
+    """threading.Timer's interface; runs its function only when the test calls fire()."""
+
+    def __init__(self, interval, function, args=None):
+        self.interval = interval
+        self.function = function
+        self.args = list(args or ())
+        self.daemon = False
+        self.started = False
+        self.cancelled = False
+
+    def start(self):
+        self.started = True
+
+    def cancel(self):
+        self.cancelled = True
+
+    def fire(self):
+        self.function(*self.args)
+
+
+@pytest.fixture()
+def manual_timers():
+    """A threading.Timer stand-in for code that takes its timer as a parameter: the timers it made
+    are in its ``made`` list, and each runs its function only when the test calls its fire()."""
+    made = []
+
+    def timer(interval, function, args=None):
+        made.append(ManualTimer(interval, function, args))
+        return made[-1]
+
+    timer.made = made
+    return timer
 
 
 def record_watchdogs(monkeypatch, fire=True):

@@ -196,26 +196,6 @@ def test_deadline_counts_down_on_its_clock():
     assert deadline.expired() and deadline.remaining() == 0
 
 
-class ManualTimer:
-    """threading.Timer's interface for _Watchdog; runs its function only when the test calls fire()."""
-
-    def __init__(self, interval, function):
-        self.interval = interval
-        self.function = function
-        self.daemon = False
-        self.started = False
-        self.cancelled = False
-
-    def start(self):
-        self.started = True
-
-    def cancel(self):
-        self.cancelled = True
-
-    def fire(self):
-        self.function()
-
-
 class FakeSocket:
     def __init__(self):
         self.shut = []
@@ -224,20 +204,10 @@ class FakeSocket:
         self.shut.append(how)
 
 
-def watchdog(seconds, clock):
-    timers = []
-
-    def timer(interval, function):
-        timers.append(ManualTimer(interval, function))
-        return timers[-1]
-
-    return O._Watchdog(seconds, clock, timer), timers
-
-
-def test_watchdog_deadline_is_its_seconds_from_its_start_on_its_clock():
+def test_watchdog_deadline_is_its_seconds_from_its_start_on_its_clock(manual_timers):
     clock = FakeClock()
     clock.now = 100.0
-    dog, timers = watchdog(5, clock)
+    dog, timers = O._Watchdog(5, clock, manual_timers), manual_timers.made
     assert [t.interval for t in timers] == [5.0] and timers[0].daemon and not timers[0].started
     clock.now = 200.0
     assert not dog.expired()                      # not started: no deadline yet
@@ -253,14 +223,14 @@ def test_watchdog_deadline_is_its_seconds_from_its_start_on_its_clock():
     assert timers[0].cancelled
 
 
-def test_watchdog_that_fires_shuts_the_socket_and_expires_at_once():
+def test_watchdog_that_fires_shuts_the_socket_and_expires_at_once(manual_timers):
     clock = FakeClock()
-    dog, timers = watchdog(-3, clock)
-    assert timers[0].interval == 0.0              # a negative timeout is no time at all
-    dog, timers = watchdog(30, clock)
+    O._Watchdog(-3, clock, manual_timers)
+    assert manual_timers.made[0].interval == 0.0  # a negative timeout is no time at all
+    dog = O._Watchdog(30, clock, manual_timers)
     dog.connection = type("Connection", (), {"sock": FakeSocket()})()
     dog.start()
-    timers[0].fire()
+    manual_timers.made[1].fire()
     assert dog.fired and dog.expired() and clock.now < dog.ends
     assert dog.connection.sock.shut == [socket.SHUT_RDWR]
 

@@ -137,20 +137,6 @@ class VirtualClock:
             self._local.now = when
 
 
-class HeldTimer:
-    """threading.Timer's interface for _Watchdog, fired by the replay when the virtual deadline comes."""
-
-    def __init__(self, _interval, function):
-        self.function = function
-        self.daemon = False
-
-    def start(self):
-        pass
-
-    def cancel(self):
-        pass
-
-
 class Replay:
     """The answer to one request in virtual time: the stand-in's recorded events, each read when the
     stand-in's schedule sends it (the role chunk at once, token i at TTFT + i x ITL, the usage chunk
@@ -161,13 +147,14 @@ class Replay:
     status = 200
     length = None
 
-    def __init__(self, events, clock, watchdog, socket_timeout=False):
+    def __init__(self, events, clock, watchdog, timer, socket_timeout=False):
         opened = clock()
         self.pieces = [(opened, events[0])]
         self.pieces += [(opened + INJECTED_TTFT + i * INJECTED_ITL, event) for i, event in enumerate(events[1:-2])]
         self.pieces += [(self.pieces[-1][0], event) for event in events[-2:]]
         self.clock = clock
         self.watchdog = watchdog
+        self.timer = timer
         self.socket_timeout = socket_timeout
 
     def getheader(self, name, default=None):
@@ -181,7 +168,7 @@ class Replay:
             self.clock.set(self.watchdog.ends)
             if self.socket_timeout:
                 raise socket.timeout("timed out")
-            self.watchdog._timer.function()
+            self.timer.fire()
             return b""
         del self.pieces[0]
         self.clock.set(when)
@@ -191,12 +178,14 @@ class Replay:
 class VirtualStandin:
     """vllm_benchmark's requests answered in virtual time (its _open replaced): each with the real
     stand-in's stream for the request's max_tokens, recorded once. ``armed``: the timeout each request
-    got; the module measures on ``clock`` (vllm_benchmark.CLOCK)."""
+    got; the module measures on ``clock`` (vllm_benchmark.CLOCK); ``timers``: the manual_timers
+    fixture, for the watchdogs."""
 
     recorded = {}
 
-    def __init__(self, standin, monkeypatch, shared=False, socket_timeout=False):
+    def __init__(self, standin, monkeypatch, timers, shared=False, socket_timeout=False):
         self.standin = standin
+        self.timers = timers
         self.clock = VirtualClock(shared)
         self.socket_timeout = socket_timeout
         self.armed = []
@@ -217,15 +206,16 @@ class VirtualStandin:
         assert (method, url.split("/", 3)[3], headers["Authorization"]) == ("POST", "v1/chat/completions",
                                                                             "Bearer " + KEY)
         self.armed.append(timeout)
-        watchdog = O._Watchdog(timeout, self.clock, HeldTimer)
+        watchdog = O._Watchdog(timeout, self.clock, self.timers)
         watchdog.start()
         events = self.events(json.loads(data)["max_tokens"])
-        return mock.Mock(), Replay(events, self.clock, watchdog, self.socket_timeout), watchdog
+        replay = Replay(events, self.clock, watchdog, watchdog._timer, self.socket_timeout)
+        return mock.Mock(), replay, watchdog
 
 
-def test_the_recorded_stream_is_the_stand_ins_schedule(slow_standin, monkeypatch):
+def test_the_recorded_stream_is_the_stand_ins_schedule(slow_standin, monkeypatch, manual_timers):
     """Role chunk, 16 token chunks (2 with their text held back), the usage chunk, [DONE]."""
-    events = VirtualStandin(slow_standin, monkeypatch).events(TOKENS)
+    events = VirtualStandin(slow_standin, monkeypatch, manual_timers).events(TOKENS)
     assert len(events) == 1 + TOKENS + 2 and events[-1] == b"data: [DONE]\n\n"
     chunks = [json.loads(event[len(b"data: "):]) for event in events[:-1]]
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -234,8 +224,8 @@ def test_the_recorded_stream_is_the_stand_ins_schedule(slow_standin, monkeypatch
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])
-def test_figures_are_the_injected_delays_on_a_virtual_clock(slow_standin, monkeypatch, concurrency):
-    virtual = VirtualStandin(slow_standin, monkeypatch)
+def test_figures_are_the_injected_delays_on_a_virtual_clock(slow_standin, monkeypatch, manual_timers, concurrency):
+    virtual = VirtualStandin(slow_standin, monkeypatch, manual_timers)
     outcome = vllm_benchmark.run_level(slow_standin.url + "/v1/chat/completions", body(), O.auth_headers(KEY),
                                        concurrency, 2, O.Deadline(60, virtual.clock), 10, virtual.clock)
     assert outcome["errors"] == [] and outcome["stopped"] is False and outcome["timed_out"] is False
@@ -263,8 +253,8 @@ def test_figures_are_the_injected_delays_on_a_virtual_clock(slow_standin, monkey
     assert level["burst_requests"] == 0
 
 
-def test_single_request_figures_on_a_virtual_clock(slow_standin, monkeypatch):
-    virtual = VirtualStandin(slow_standin, monkeypatch)
+def test_single_request_figures_on_a_virtual_clock(slow_standin, monkeypatch, manual_timers):
+    virtual = VirtualStandin(slow_standin, monkeypatch, manual_timers)
     outcome = vllm_benchmark.stream_request(slow_standin.url + "/v1/chat/completions", body(), O.auth_headers(KEY),
                                             10, virtual.clock)
     assert outcome["error"] is None and outcome["status"] == 200 and outcome["finish_reason"] == "length"
@@ -280,9 +270,10 @@ def test_single_request_figures_on_a_virtual_clock(slow_standin, monkeypatch):
 
 
 @pytest.mark.parametrize("socket_timeout", [False, True], ids=["the watchdog fires", "the socket times out"])
-def test_a_request_timeout_on_a_virtual_clock_ends_at_its_deadline(slow_standin, monkeypatch, socket_timeout):
+def test_a_request_timeout_on_a_virtual_clock_ends_at_its_deadline(slow_standin, monkeypatch, manual_timers,
+                                                                   socket_timeout):
     # 0.26 s: the role chunk and the tokens due at 0.15, 0.17, ... 0.25 s; the one due at 0.27 s is late.
-    virtual = VirtualStandin(slow_standin, monkeypatch, socket_timeout=socket_timeout)
+    virtual = VirtualStandin(slow_standin, monkeypatch, manual_timers, socket_timeout=socket_timeout)
     url = slow_standin.url + "/v1/chat/completions"
     cut = vllm_benchmark.stream_request(url, body(), O.auth_headers(KEY), 0.26, virtual.clock)
     assert virtual.armed == [0.26] and cut["ended"] - cut["started"] == pytest.approx(0.26, abs=EXACT)
@@ -437,8 +428,8 @@ def test_module_measures_saves_and_compares_in_check_mode(slow_standin, capsys):
     assert KEY not in json.dumps([first, second, third]) + capsys.readouterr().out
 
 
-def test_module_measures_saves_and_compares_on_a_virtual_clock(slow_standin, monkeypatch, capsys):
-    virtual = VirtualStandin(slow_standin, monkeypatch)
+def test_module_measures_saves_and_compares_on_a_virtual_clock(slow_standin, monkeypatch, manual_timers, capsys):
+    virtual = VirtualStandin(slow_standin, monkeypatch, manual_timers)
     first, second, third = measure_save_and_compare(slow_standin, noise_pct=0)
     # Each run: the warm-up and 1 + 2 requests, bounded by request_timeout.
     assert virtual.armed == [10] * 3 * 4
@@ -466,8 +457,8 @@ def test_module_fails_with_the_figures_when_the_deadline_comes(slow_standin):
     assert 1 <= result["benchmark"]["levels"][0]["runs"] <= RUNS_IN_2_S
 
 
-def test_module_deadline_on_a_virtual_clock(slow_standin, monkeypatch):
-    virtual = VirtualStandin(slow_standin, monkeypatch, shared=True)
+def test_module_deadline_on_a_virtual_clock(slow_standin, monkeypatch, manual_timers):
+    virtual = VirtualStandin(slow_standin, monkeypatch, manual_timers, shared=True)
     kind, result = run_module(base_args(slow_standin, concurrency=[1], runs=20, total_timeout=2, warmup=False))
     assert kind == "fail"
     assert result["msg"].startswith("The benchmark used up total_timeout (2 s) before the runs at concurrency 1 "
