@@ -20,6 +20,7 @@ class FakeClock:
 
     def sleep(self, seconds):
         self.now += seconds
+        assert self.now < 10 ** 5, "still waiting after every timeout of these tests"
 
 
 # ---------------------------------------------------------------- pure helpers

@@ -166,6 +166,7 @@ class VirtualTime:
     def sleep(self, seconds):
         self.slept.append(seconds)
         self.now += seconds
+        assert len(self.slept) < 1000, "still waiting after every timeout of these tests"
 
 
 def test_health_wait_on_a_virtual_clock_checks_until_the_timeout(server, capsys, monkeypatch):
