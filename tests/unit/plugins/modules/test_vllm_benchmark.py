@@ -4,10 +4,12 @@
 """vllm_benchmark: its figures against the OpenAI stand-in with injected delays, the module end to
 end, and its argument checks (hostile input fails with the option named).
 
-The figures are checked twice. On a virtual clock (VirtualStandin: the stand-in's own stream, each
-event read at the time the stand-in's schedule sends it) they must be exactly the injected delays,
-whatever the machine's load. Against the real stand-in, in real time, they must be what the injected
-delays allow: never faster than the stand-in's schedule, and late only by what a busy machine adds.
+The figures are checked on clocks the tests drive, where they must be exactly the injected delays
+whatever the machine's load: VirtualStandin answers every request with the stand-in's own stream, each
+event read at the time the stand-in's schedule sends it (one request, concurrency levels, the module);
+LockstepStandin sends that stream over a real socket one event at a time, each only once the client
+has timed the one before (so an answer read ahead or buffered fails). Against the real stand-in, in
+real time, they must be what its schedule allows, which a loaded machine cannot break: never faster.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -44,16 +46,15 @@ ITL_MS = 20.0
 TOKENS = 16
 INJECTED_TTFT = TTFT_MS / 1000.0
 INJECTED_ITL = ITL_MS / 1000.0
-# The stand-in sends token i at TTFT + i x ITL after it read the request (an absolute schedule), so
-# in real time a TTFT is never below the injected one (less 1 ms of clock granularity) and a request
-# of n tokens never ends sooner than TTFT + (n - 1) ITL after it was sent; how late the tokens come
-# depends on the machine's load (tens of ms on a loaded one). The upper bounds are therefore wide,
-# derived from the schedule: every TTFT before half the decode time of 16 tokens has passed (a client
-# that timed the whole answer instead of its first token would report TTFT + 15 ITL), and the gaps
-# within half an ITL on average. The exact figures are checked on the virtual clock.
-TTFT_LATE_S = (TOKENS - 1) * INJECTED_ITL / 2
-ITL_OFF_S = INJECTED_ITL / 2
-# Exact up to float rounding (the virtual clock adds the injected delays).
+# In real time the stand-in's schedule (token i sent at TTFT + i x ITL after it read the request) sets
+# lower bounds only: no TTFT below the injected one (less 1 ms of clock granularity), no request of n
+# tokens ending sooner than TTFT + (n - 1) ITL after it was sent, no run's aggregate above what that
+# allows. How late tokens arrive is up to the machine: on a shared, loaded one the stand-in or the
+# client waits for a CPU for a third of a second now and then, and a whole stream arrives in one burst.
+# The exact figures, and that each event is timed as it arrives, are checked on clocks the tests drive.
+LATENCY_S = INJECTED_TTFT + (TOKENS - 1) * INJECTED_ITL
+SOONEST = 0.001
+# Exact up to float rounding (the driven clocks add the injected delays).
 EXACT = 1e-9
 
 
@@ -137,21 +138,40 @@ class VirtualClock:
             self._local.now = when
 
 
+RECORDED = {}
+
+
+def recorded_events(standin, max_tokens):
+    """The stand-in's stream for ``max_tokens`` tokens (recorded once), one SSE event (with its blank
+    line) a piece: the role chunk, a chunk per token, the usage chunk, [DONE]."""
+    if max_tokens not in RECORDED:
+        connection = HTTPConnection("127.0.0.1", standin.port, timeout=10)
+        connection.request("POST", "/v1/chat/completions", body(max_tokens), O.auth_headers(KEY))
+        stream = connection.getresponse().read()
+        connection.close()
+        RECORDED[max_tokens] = [event + b"\n\n" for event in stream.split(b"\n\n") if event]
+    return RECORDED[max_tokens]
+
+
+def schedule(events, opened):
+    """``[(time, event)]``: when the stand-in sends each event of a request sent at ``opened``: the
+    role chunk at once, token i at TTFT + i x ITL, the usage chunk and [DONE] with the last token."""
+    timed = [(opened, events[0])]
+    timed += [(opened + INJECTED_TTFT + i * INJECTED_ITL, event) for i, event in enumerate(events[1:-2])]
+    return timed + [(timed[-1][0], event) for event in events[-2:]]
+
+
 class Replay:
-    """The answer to one request in virtual time: the stand-in's recorded events, each read when the
-    stand-in's schedule sends it (the role chunk at once, token i at TTFT + i x ITL, the usage chunk
-    and [DONE] with the last token). When the deadline comes first, the read ends there as a real one
-    does: the watchdog's timer fires and the read finds the socket shut, or (``socket_timeout``) the
-    socket's own timeout ends the read before the timer has run."""
+    """The answer to one request in virtual time: the stand-in's recorded events, each read at the
+    time the stand-in's schedule sends it. When the deadline comes first, the read ends there as a
+    real one does: the watchdog's timer fires and the read finds the socket shut, or
+    (``socket_timeout``) the socket's own timeout ends the read before the timer has run."""
 
     status = 200
     length = None
 
     def __init__(self, events, clock, watchdog, timer, socket_timeout=False):
-        opened = clock()
-        self.pieces = [(opened, events[0])]
-        self.pieces += [(opened + INJECTED_TTFT + i * INJECTED_ITL, event) for i, event in enumerate(events[1:-2])]
-        self.pieces += [(self.pieces[-1][0], event) for event in events[-2:]]
+        self.pieces = schedule(events, clock())
         self.clock = clock
         self.watchdog = watchdog
         self.timer = timer
@@ -181,8 +201,6 @@ class VirtualStandin:
     got; the module measures on ``clock`` (vllm_benchmark.CLOCK); ``timers``: the manual_timers
     fixture, for the watchdogs."""
 
-    recorded = {}
-
     def __init__(self, standin, monkeypatch, timers, shared=False, socket_timeout=False):
         self.standin = standin
         self.timers = timers
@@ -192,30 +210,87 @@ class VirtualStandin:
         monkeypatch.setattr(vllm_benchmark, "_open", self.open)
         monkeypatch.setattr(vllm_benchmark, "CLOCK", self.clock)
 
-    def events(self, max_tokens):
-        """The stand-in's stream for ``max_tokens`` tokens, one SSE event (with its blank line) a piece."""
-        if max_tokens not in self.recorded:
-            connection = HTTPConnection("127.0.0.1", self.standin.port, timeout=10)
-            connection.request("POST", "/v1/chat/completions", body(max_tokens), O.auth_headers(KEY))
-            stream = connection.getresponse().read()
-            connection.close()
-            self.recorded[max_tokens] = [event + b"\n\n" for event in stream.split(b"\n\n") if event]
-        return self.recorded[max_tokens]
-
     def open(self, method, url, data=None, headers=None, timeout=10.0):
         assert (method, url.split("/", 3)[3], headers["Authorization"]) == ("POST", "v1/chat/completions",
                                                                             "Bearer " + KEY)
         self.armed.append(timeout)
         watchdog = O._Watchdog(timeout, self.clock, self.timers)
         watchdog.start()
-        events = self.events(json.loads(data)["max_tokens"])
+        events = recorded_events(self.standin, json.loads(data)["max_tokens"])
         replay = Replay(events, self.clock, watchdog, watchdog._timer, self.socket_timeout)
         return mock.Mock(), replay, watchdog
 
 
-def test_the_recorded_stream_is_the_stand_ins_schedule(slow_standin, monkeypatch, manual_timers):
+class LockstepStandin:
+    """The stand-in's recorded stream over a real socket (http.client, _openai's reader and watchdog
+    as they are), one event at a time, on ``clock``: an event is sent only after the client has read
+    the one before and stamped it with a call of the clock (stream_request calls it once as it
+    starts, once per event as the event arrives, once at the end), and the clock then reads the time
+    the stand-in's schedule sends the event. A client that read ahead before stamping (a buffered
+    answer) leaves the server waiting: ``early`` counts the events it had to send without the stamp
+    of the one before, after WAIT_S."""
+
+    WAIT_S = 2.0
+
+    def __init__(self, events):
+        self.events = schedule(events, 0.0)
+        self.now = 0.0
+        self.calls = 0
+        self.early = 0
+        self.changed = threading.Condition()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(1)
+        self.url = "http://127.0.0.1:%d/v1/chat/completions" % self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def clock(self):
+        with self.changed:
+            self.calls += 1
+            self.changed.notify_all()
+            return self.now
+
+    def serve(self):
+        sock, _address = self.listener.accept()
+        with sock:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += sock.recv(65536)
+            sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            for index, (when, event) in enumerate(self.events):
+                with self.changed:
+                    if not self.changed.wait_for(lambda: self.calls > index, self.WAIT_S):
+                        self.early += 1
+                    self.now = when
+                sock.sendall(b"%x\r\n%s\r\n" % (len(event), event))
+            try:  # the client stops reading at [DONE] and may reset the connection
+                sock.sendall(b"0\r\n\r\n")
+                sock.recv(1)
+            except OSError:
+                pass
+
+    def close(self):
+        self.thread.join(10)
+        self.listener.close()
+
+
+def test_each_event_is_timed_as_it_arrives_over_a_real_socket(slow_standin):
+    server = LockstepStandin(recorded_events(slow_standin, TOKENS))
+    outcome = vllm_benchmark.stream_request(server.url, body(), O.auth_headers(KEY), 10, server.clock)
+    server.close()
+    assert server.early == 0 and server.calls == 1 + len(server.events) + 1
+    assert outcome["error"] is None and outcome["finish_reason"] == "length"
+    figures = outcome["figures"]
+    assert figures["tokens"] == figures["token_events"] == TOKENS
+    assert figures["ttft_s"] == INJECTED_TTFT
+    assert figures["itl_s"] == pytest.approx([INJECTED_ITL] * (TOKENS - 1), abs=EXACT)
+    assert figures["latency_s"] == pytest.approx(LATENCY_S, abs=EXACT)
+
+
+def test_the_recorded_stream_is_the_stand_ins_schedule(slow_standin):
     """Role chunk, 16 token chunks (2 with their text held back), the usage chunk, [DONE]."""
-    events = VirtualStandin(slow_standin, monkeypatch, manual_timers).events(TOKENS)
+    events = recorded_events(slow_standin, TOKENS)
     assert len(events) == 1 + TOKENS + 2 and events[-1] == b"data: [DONE]\n\n"
     chunks = [json.loads(event[len(b"data: "):]) for event in events[:-1]]
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -234,7 +309,7 @@ def test_figures_are_the_injected_delays_on_a_virtual_clock(slow_standin, monkey
     assert (level["concurrency"], level["runs"], level["requests"], level["failed"]) == (concurrency, 2,
                                                                                          2 * concurrency, 0)
     assert level["output_tokens"] == 2 * concurrency * TOKENS
-    latency = INJECTED_TTFT + (TOKENS - 1) * INJECTED_ITL
+    latency = LATENCY_S
     assert level["wall_s"] == pytest.approx(2 * latency, abs=EXACT)
     ttft, itl, rate, aggregate = level["ttft_s"], level["itl_s"], level["request_tok_s"], level["aggregate_tok_s"]
     for stats, value, count in ((ttft, INJECTED_TTFT, 2 * concurrency),
@@ -285,19 +360,6 @@ def test_a_request_timeout_on_a_virtual_clock_ends_at_its_deadline(slow_standin,
 # ------------------------------------------------------------------ the real stand-in, in real time
 
 
-def assert_within_the_schedule(ttft, itl, rate, count):
-    """Figures measured in real time against the stand-in: what its schedule allows (see TTFT_LATE_S)."""
-    assert ttft["count"] == count and itl["count"] == count * (TOKENS - 1)
-    assert INJECTED_TTFT - 0.001 <= ttft["min"] <= ttft["p50"] <= ttft["p90"] <= ttft["max"], ttft
-    assert ttft["max"] < INJECTED_TTFT + TTFT_LATE_S, ttft
-    assert abs(itl["mean"] - INJECTED_ITL) <= ITL_OFF_S, itl
-    assert abs(itl["p50"] - INJECTED_ITL) <= ITL_OFF_S, itl
-    assert itl["min"] <= itl["p50"] <= itl["p90"] <= itl["max"]
-    # Per request: 15 tokens after the first in about 15 x 20 ms = 50 tok/s.
-    assert rate["count"] == count
-    assert 1.0 / (INJECTED_ITL + ITL_OFF_S) <= rate["p50"] <= 1.0 / (INJECTED_ITL - ITL_OFF_S), rate
-
-
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_measures_the_injected_ttft_and_inter_token_time(slow_standin, armed, concurrency):
     deadline = O.Deadline(60)
@@ -310,15 +372,17 @@ def test_measures_the_injected_ttft_and_inter_token_time(slow_standin, armed, co
     assert counts == (concurrency, 2, 2 * concurrency, 0)
     assert level["output_tokens"] == 2 * concurrency * TOKENS
     ttft, itl, rate, aggregate = level["ttft_s"], level["itl_s"], level["request_tok_s"], level["aggregate_tok_s"]
-    assert_within_the_schedule(ttft, itl, rate, 2 * concurrency)
+    assert ttft["count"] == 2 * concurrency and itl["count"] == 2 * concurrency * (TOKENS - 1)
+    assert INJECTED_TTFT - SOONEST <= ttft["min"] <= ttft["p50"] <= ttft["p90"] <= ttft["max"], ttft
+    assert 0 <= itl["min"] <= itl["p50"] <= itl["p90"] <= itl["max"], itl
+    # Per request: a stream that arrived in one burst has no decode time, hence no rate.
+    assert rate["count"] <= 2 * concurrency and (rate["count"] == 0 or rate["min"] > 0), rate
     # Aggregate: no run is shorter than one request's TTFT + 15 ITL, so at most concurrency x 16
-    # tokens / 0.45 s; a loaded machine makes the runs longer, not shorter (at least half of it).
-    latency = INJECTED_TTFT + (TOKENS - 1) * INJECTED_ITL
-    most = concurrency * TOKENS / latency
-    assert most / 2 <= aggregate["min"] <= aggregate["p50"] <= aggregate["p90"] <= aggregate["max"], aggregate
-    assert most / 2 <= aggregate["level"] <= most * (1 + EXACT), aggregate
-    assert aggregate["level"] == pytest.approx(concurrency * rate["p50"] * (TOKENS / (TOKENS - 1.0))
-                                               * ((TOKENS - 1) * INJECTED_ITL / latency), rel=0.5)
+    # tokens / 0.45 s.
+    most = concurrency * TOKENS / LATENCY_S
+    assert level["wall_s"] >= 2 * LATENCY_S - EXACT
+    assert 0 < aggregate["min"] <= aggregate["p50"] <= aggregate["p90"] <= aggregate["max"] <= most + EXACT, aggregate
+    assert 0 < aggregate["level"] <= most + EXACT, aggregate
 
 
 def test_single_request_figures_match_the_stand_in(slow_standin):
@@ -328,9 +392,8 @@ def test_single_request_figures_match_the_stand_in(slow_standin):
     figures = outcome["figures"]
     # The stand-in's stream holds 2 held-back tokens among its 16: still 16 token events.
     assert figures["tokens"] == figures["token_events"] == TOKENS
-    assert INJECTED_TTFT - 0.001 <= figures["ttft_s"] < INJECTED_TTFT + TTFT_LATE_S
-    assert abs(figures["itl_mean_s"] - INJECTED_ITL) <= ITL_OFF_S
-    assert figures["latency_s"] >= figures["ttft_s"] + figures["decode_s"]
+    assert figures["ttft_s"] >= INJECTED_TTFT - SOONEST
+    assert figures["latency_s"] >= max(figures["ttft_s"] + figures["decode_s"], LATENCY_S - EXACT)
 
 
 def test_a_wrong_key_and_nothing_listening_are_errors(slow_standin):
@@ -422,7 +485,7 @@ def measure_save_and_compare(server, noise_pct):
 
 def test_module_measures_saves_and_compares_in_check_mode(slow_standin, capsys):
     first, second, third = measure_save_and_compare(slow_standin, noise_pct=50)
-    assert INJECTED_TTFT - 0.001 <= first["benchmark"]["levels"][0]["ttft_s"]["p50"] < INJECTED_TTFT + TTFT_LATE_S
+    assert first["benchmark"]["levels"][0]["ttft_s"]["p50"] >= INJECTED_TTFT - SOONEST
     assert re.match(r"concurrency 1 \(1 run\(s\), 1 request\(s\)\): TTFT p50 [0-9]+\.[0-9] ms p90 ",
                     first["summary"][0]), first["summary"][0]
     assert KEY not in json.dumps([first, second, third]) + capsys.readouterr().out
