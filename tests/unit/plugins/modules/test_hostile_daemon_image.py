@@ -781,7 +781,7 @@ def test_a_fast_docker_is_not_affected_by_the_timer(tmp_path, bounded_timers):
     docker = fake_docker(tmp_path, 'echo "Error: No such image: x" >&2; exit 1')
     rc, result, elapsed = call_module(vllm_image_facts, {"image": "vllm/vllm-openai:v0.8.5", "docker_bin": docker,
                                                          "timeout": LIMIT})
-    assert rc == 0 and result["image"]["state"] == "absent" and elapsed < LIMIT and bounded_timers == [LIMIT]
+    assert rc == 0 and result["image"]["state"] == "absent" and elapsed < 5 and bounded_timers == [LIMIT]
     time.sleep(1.2)  # the (cancelled) timer must not fire into anything afterwards
 
 
