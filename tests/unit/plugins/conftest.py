@@ -1,5 +1,5 @@
-"""Fixtures shared by the tests of the plugins: timers that fire when a test says so, and the
-deadlines _openai's requests get."""
+"""Fixtures shared by the tests of the plugins: timers that fire when a test says so, the deadlines
+_openai's requests get, and a bound on openai_smoke's health wait."""
 
 import threading
 import time
@@ -7,6 +7,11 @@ import time
 import pytest
 
 from ansible_collections.labfleet.vllm.plugins.module_utils import _openai
+from ansible_collections.labfleet.vllm.plugins.modules import openai_smoke
+
+# Seconds of real time after which openai_smoke's health wait fails the test instead of sleeping on
+# (the wait of every test ends within a few seconds, or never when its timeout is gone).
+HEALTH_WAIT_GUARD_S = 30
 
 
 class ManualTimer:
@@ -76,3 +81,16 @@ def armed(monkeypatch):
 def armed_held(monkeypatch):
     """As ``armed``, with timers that never fire: only the socket's own timeout ends a read."""
     return record_watchdogs(monkeypatch, fire=False)
+
+
+@pytest.fixture()
+def health_wait_guard(monkeypatch):
+    """openai_smoke's sleep between health checks (SLEEP), failing the test once it has run for
+    HEALTH_WAIT_GUARD_S: a health wait that lost its timeout fails instead of hanging the suite."""
+    began = time.monotonic()
+
+    def sleep(seconds):
+        assert time.monotonic() - began < HEALTH_WAIT_GUARD_S, "the health wait is still going on"
+        time.sleep(seconds)
+
+    monkeypatch.setattr(openai_smoke, "SLEEP", sleep)

@@ -21,6 +21,9 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.labfleet.vllm.plugins.module_utils import _openai as O
 from ansible_collections.labfleet.vllm.plugins.modules import openai_smoke
 
+# A health wait that lost its timeout fails the test instead of hanging (conftest.py).
+pytestmark = pytest.mark.usefixtures("health_wait_guard")
+
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                         "fixtures", "vllm-http")
 # The timeout, in seconds, of the requests that run out of time (also the module's least

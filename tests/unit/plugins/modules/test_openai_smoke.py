@@ -15,6 +15,9 @@ from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.labfleet.vllm.plugins.modules import openai_smoke
 
+# A health wait that lost its timeout fails the test instead of hanging (conftest.py).
+pytestmark = pytest.mark.usefixtures("health_wait_guard")
+
 KEY = "sk-test-canary-4c1d"
 
 
