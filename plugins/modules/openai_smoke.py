@@ -217,6 +217,10 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai impo
     wait_for_health,
 )
 
+# The clock and the sleep of the health wait and of the run's overall deadline (unit tests run the
+# module on a virtual clock; each request's own timeout is kept by _openai's watchdog in real time).
+CLOCK = time.monotonic
+SLEEP = time.sleep
 # Seconds one docker or systemctl command of the container probe may take (coreutils timeout).
 COMMAND_TIMEOUT = 10
 # Seconds one health check may take (less when request_timeout is smaller).
@@ -347,8 +351,9 @@ def main():
         module.fail_json(msg=problem)
 
     base = p["url"].rstrip("/")
+    clock, sleep = CLOCK, SLEEP
     budget = p["health_timeout"] + 3 * p["request_timeout"] + RUN_SLACK
-    run = Deadline(budget)
+    run = Deadline(budget, clock)
     headers = auth_headers(p["api_key"])
     result = {"changed": False}
     docker_bin = module.get_bin_path(p["docker_bin"]) or p["docker_bin"]
@@ -374,7 +379,7 @@ def main():
         return status, error
 
     waited = wait_for_health(health, probe, timeout=p["health_timeout"], interval=p["interval"],
-                             progress_every=p["progress_interval"], clock=time.monotonic, sleep=time.sleep)
+                             progress_every=p["progress_interval"], clock=clock, sleep=sleep)
     result["progress"] = waited.pop("progress")
     result["health"] = {k: waited[k] for k in ("ok", "reason", "elapsed_s", "attempts", "status")}
     if not waited["ok"]:

@@ -317,6 +317,9 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai impo
     timeout_message,
 )
 
+# The clock of every time the module measures and of total_timeout (unit tests run the module on a
+# virtual one; each request's own timeout is kept by _openai's watchdog in real time).
+CLOCK = time.monotonic
 # Number options: (name, lowest, highest, integer, required). Type raw, checked by check_number:
 # Ansible's own int/float conversion raises on inf or 10**400 (see openai_smoke).
 NUMBER_OPTIONS = (
@@ -431,7 +434,7 @@ def stream_request(url, body, headers, timeout, clock=time.monotonic):
             outcome["error"] = state["error"] or stream["error"]
             if not outcome["error"] and not stream["done"]:
                 outcome["error"] = "the stream ended without data: [DONE]"
-        if watchdog.fired and not stream["done"]:
+        if watchdog.expired() and not stream["done"]:
             outcome["timed_out"] = True
             outcome["error"] = "%s (%d token event(s) so far)" % (timeout_message(url, timeout), len(stream["events"]))
     finally:
@@ -562,7 +565,8 @@ def main():
         request["ignore_eos"] = True  # vLLM's extra sampling field (vllm-0.8.5 protocol.py:277)
     body = json.dumps(request).encode("utf-8")
     headers = auth_headers(p["api_key"])
-    deadline = Deadline(p["total_timeout"])
+    clock = CLOCK
+    deadline = Deadline(p["total_timeout"], clock)
     work = workload(p["prompt"], p["max_tokens"], p["temperature"], p["ignore_eos"])
     measured_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     levels = []
@@ -580,13 +584,13 @@ def main():
                 if timed_out else "")
 
     if p["warmup"]:
-        first = stream_request(url, body, headers, min(p["request_timeout"], max(deadline.remaining(), 1.0)))
+        first = stream_request(url, body, headers, min(p["request_timeout"], max(deadline.remaining(), 1.0)), clock)
         if first["error"]:
             hint = " (the API key is wrong or missing)" if first["status"] == 401 else ""
             fail("The warm-up request to %s failed%s: %s%s" % (url, hint, first["error"], slower(first["timed_out"])))
 
     for concurrency in p["concurrency"]:
-        outcome = run_level(url, body, headers, concurrency, p["runs"], deadline, p["request_timeout"])
+        outcome = run_level(url, body, headers, concurrency, p["runs"], deadline, p["request_timeout"], clock)
         if outcome["level"] is not None:
             levels.append(outcome["level"])
         errors = outcome["errors"]

@@ -406,12 +406,18 @@ def test_knobs_no_tokens_fail_health_version_and_key_from_env(start):
 
 
 def test_knobs_start_delay_and_exit_after(start):
+    # Each knob's time counts from the stand-in's start: it cannot come sooner, and it comes later
+    # only by the interpreter's start (0.05 s idle, 0.2 s on a loaded machine), far from twice it.
+    delay, exit_after = 1.0, 2.0
     began = time.monotonic()
-    server = start(env={"STANDIN_START_DELAY": "0.6", "STANDIN_EXIT_AFTER": "1.2"}, wait=False)
+    server = start(env={"STANDIN_START_DELAY": "%g" % delay, "STANDIN_EXIT_AFTER": "%g" % exit_after}, wait=False)
     server.wait_listening()
-    assert time.monotonic() - began >= 0.6
+    listening = time.monotonic() - began
+    assert delay <= listening < 2 * delay, listening
     assert request(server, "GET", "/health")[0].status == 200
     assert server.process.wait(10) == 0
+    gone = time.monotonic() - began
+    assert exit_after <= gone < 2 * exit_after, gone
     assert "exiting with status 0" in server.log.read_text()
 
 

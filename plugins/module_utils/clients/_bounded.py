@@ -21,13 +21,14 @@ import threading
 KILL_GRACE = 5
 
 
-def run_bounded(module, command, limit):
+def run_bounded(module, command, limit, timer=threading.Timer):
     """``module.run_command(command)`` stopped after ``limit`` seconds: (rc, out, err, timed_out).
 
     A timer sends SIGTERM when the limit passes (``docker run`` passes it on to the container,
     --sig-proxy defaults to true: docker/cli docs/reference/commandline/container_run.md:100) and
     SIGKILL KILL_GRACE seconds later; run_command returns once the process is gone and its pipes
-    are quiet.
+    are quiet. ``timer`` makes the timers (threading.Timer's signature; unit tests pass one that
+    records the seconds and fires when told).
     """
     timers = []
     expired = []
@@ -47,14 +48,14 @@ def run_bounded(module, command, limit):
                 return
             expired.append(True)
             signal_process(process, False)
-            later = threading.Timer(KILL_GRACE, signal_process, (process, True))
+            later = timer(KILL_GRACE, signal_process, (process, True))
             later.daemon = True
             timers.append(later)
             later.start()
-        timer = threading.Timer(limit, expire)
-        timer.daemon = True
-        timers.append(timer)
-        timer.start()
+        first = timer(limit, expire)
+        first.daemon = True
+        timers.append(first)
+        first.start()
 
     try:
         rc, out, err = module.run_command(command, before_communicate_callback=arm)

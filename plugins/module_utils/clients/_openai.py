@@ -230,18 +230,26 @@ class _Watchdog:
     """Ends one request when its total time is up by shutting its socket down from a timer thread.
 
     Every blocking call on the socket (connect, TLS handshake, send, each read) then returns at
-    once; the reader sees ``fired`` and reports the timeout. The flag is set before the socket is
-    looked up, and the request checks the flag after its socket exists, so no order of the two
+    once; the reader asks ``expired()`` and reports the timeout. The flag is set before the socket
+    is looked up, and the request checks the flag after its socket exists, so no order of the two
     threads lets a request run on past its deadline.
+
+    ``clock`` and ``timer`` are time.monotonic and threading.Timer; unit tests pass others to see
+    the deadline a request gets, or a timer that never fires.
     """
 
-    def __init__(self, seconds):
+    def __init__(self, seconds, clock=time.monotonic, timer=threading.Timer):
+        self.seconds = max(float(seconds), 0.0)
         self.fired = False
         self.connection = None
-        self._timer = threading.Timer(max(float(seconds), 0.0), self._fire)
+        self.ends = None
+        self._clock = clock
+        self._timer = timer(self.seconds, self._fire)
         self._timer.daemon = True
 
     def start(self):
+        """Start the timer; the request's deadline (``ends``) is ``seconds`` from now on the clock."""
+        self.ends = self._clock() + self.seconds
         self._timer.start()
 
     def _fire(self):
@@ -253,7 +261,17 @@ class _Watchdog:
             except (OSError, ValueError):
                 pass
 
+    def expired(self):
+        """Whether the request's time is up: the timer fired, or the deadline has passed on the clock.
+
+        The socket's own timeout is the same number of seconds and starts with each blocking call,
+        so a read that waited for it ends at or after the deadline, possibly before the timer
+        thread ran: that read error is the timeout too.
+        """
+        return self.fired or (self.ends is not None and self._clock() >= self.ends)
+
     def stop(self):
+        """Cancel the timer (the request ended)."""
         self._timer.cancel()
 
 
@@ -280,14 +298,14 @@ def _open(method, url, body=None, headers=None, timeout=10.0):
         watchdog.connection = connection
         watchdog.start()
         connection.request(method, path, body=body, headers=dict(headers or {}))
-        if watchdog.fired:
+        if watchdog.expired():
             raise socket.timeout("timed out")
         return connection, connection.getresponse(), watchdog
     except (socket.timeout, OSError, ValueError, HTTPException) as exc:
         watchdog.stop()
         if connection is not None:
             connection.close()
-        if watchdog.fired or isinstance(exc, socket.timeout):
+        if watchdog.expired() or isinstance(exc, socket.timeout):
             raise _Unreachable(timeout_message(url, timeout), timed_out=True)
         raise _Unreachable("cannot reach %s: %s" % (url, short(exc, 200) or exc.__class__.__name__))
 
@@ -343,7 +361,7 @@ def http_request(method, url, payload=None, headers=None, timeout=10.0, limit=MA
         return None, b"", str(exc)
     try:
         body, error = _read_body(response, limit)
-        if watchdog.fired:
+        if watchdog.expired():
             return None, b"", timeout_message(url, timeout)
         if error:
             return None, b"", "%s: %s" % (url, error)
@@ -619,7 +637,7 @@ def chat_completion(url, body, headers=None, timeout=120.0, clock=time.monotonic
                 outcome["error"] = error
             else:
                 _plain_answer(outcome, answer, started, clock)
-        if watchdog.fired and not outcome["done"]:
+        if watchdog.expired() and not outcome["done"]:
             outcome["timed_out"] = True
             outcome["error"] = "%s (%d token(s) so far)" % (timeout_message(url, timeout), outcome["tokens"] or 0)
     finally:

@@ -2,6 +2,7 @@
 against a tiny server on 127.0.0.1."""
 
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -19,6 +20,7 @@ class FakeClock:
 
     def sleep(self, seconds):
         self.now += seconds
+        assert self.now < 10 ** 5, "still waiting after every timeout of these tests"
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -193,6 +195,45 @@ def test_deadline_counts_down_on_its_clock():
     assert deadline.remaining() == 6 and not deadline.expired()
     clock.now = 10
     assert deadline.expired() and deadline.remaining() == 0
+
+
+class FakeSocket:
+    def __init__(self):
+        self.shut = []
+
+    def shutdown(self, how):
+        self.shut.append(how)
+
+
+def test_watchdog_deadline_is_its_seconds_from_its_start_on_its_clock(manual_timers):
+    clock = FakeClock()
+    clock.now = 100.0
+    dog, timers = O._Watchdog(5, clock, manual_timers), manual_timers.made
+    assert [t.interval for t in timers] == [5.0] and timers[0].daemon and not timers[0].started
+    clock.now = 200.0
+    assert not dog.expired()                      # not started: no deadline yet
+    dog.start()
+    assert timers[0].started and dog.ends == 205.0
+    clock.now = 204.999
+    assert not dog.expired()
+    # The deadline passed on the clock before the timer thread ran (a socket read that ended on
+    # its own timeout, which is as long): the time is up all the same.
+    clock.now = 205.0
+    assert dog.expired() and not dog.fired
+    dog.stop()
+    assert timers[0].cancelled
+
+
+def test_watchdog_that_fires_shuts_the_socket_and_expires_at_once(manual_timers):
+    clock = FakeClock()
+    O._Watchdog(-3, clock, manual_timers)
+    assert manual_timers.made[0].interval == 0.0  # a negative timeout is no time at all
+    dog = O._Watchdog(30, clock, manual_timers)
+    dog.connection = type("Connection", (), {"sock": FakeSocket()})()
+    dog.start()
+    manual_timers.made[1].fire()
+    assert dog.fired and dog.expired() and clock.now < dog.ends
+    assert dog.connection.sock.shut == [socket.SHUT_RDWR]
 
 
 def test_iter_lines_handles_crlf_split_across_pieces_and_lone_cr():

@@ -25,6 +25,7 @@ import shutil
 import signal
 import stat
 import tempfile
+import threading
 import time
 
 import pytest
@@ -33,6 +34,7 @@ from hypothesis import HealthCheck, example, given, settings as hsettings, strat
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients import _bounded
 from ansible_collections.labfleet.vllm.plugins.module_utils.clients._bounded import KILL_GRACE
 from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _daemon_json as D
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _image as I
@@ -56,6 +58,39 @@ HYPOTHESIS = dict(database=None, deadline=None,
 
 class TooSlow(Exception):
     pass
+
+
+# Each command's time limit in the tests of a command that never answers, and the grace between its
+# SIGTERM and SIGKILL as the modules document it. Such a command must end no sooner than its limit
+# (the one configured, not zero) and before 1.9 x it (a doubled limit fails); a command that ignores
+# SIGTERM no sooner than the limit and the grace. The limits every command got are recorded too.
+LIMIT = 1
+GRACE = 5
+
+
+def on_time(elapsed, limit=LIMIT, grace=0):
+    """Whether a bounded command that never ended by itself took its limit (plus ``grace``) and well
+    under twice its limit more."""
+    return limit + grace <= elapsed < 1.9 * limit + grace
+
+
+@pytest.fixture()
+def bounded_timers(monkeypatch):
+    """The seconds of every timer run_bounded starts in the two modules (real timers, recorded): each
+    command's limit, and the grace before SIGKILL once a command has outlived its limit."""
+    started = []
+
+    class Timer(threading.Timer):
+        def start(self):
+            started.append(self.interval)
+            threading.Timer.start(self)
+
+    def run_bounded(module, command, limit):
+        return _bounded.run_bounded(module, command, limit, Timer)
+
+    for plugin in (docker_daemon_config, vllm_image_facts):
+        monkeypatch.setattr(plugin, "run_bounded", run_bounded)
+    return started
 
 
 @contextlib.contextmanager
@@ -401,7 +436,7 @@ def test_control_characters_and_bad_numbers_in_other_options(workdir, args, mess
     assert os.listdir(str(workdir)) == ["tmp"]
 
 
-def test_a_validate_command_that_hangs_is_stopped_and_nothing_is_written(workdir):
+def test_a_validate_command_that_hangs_is_stopped_and_nothing_is_written(workdir, bounded_timers):
     conf = workdir / "daemon.json"
     conf.write_text(json.dumps(SITE))
     before = snapshot(conf)
@@ -410,8 +445,9 @@ def test_a_validate_command_that_hangs_is_stopped_and_nothing_is_written(workdir
     hang.chmod(0o755)
     started = time.monotonic()
     rc, result = daemon(workdir, {"path": str(conf), "settings": NVIDIA, "validate": "%s %%s" % hang,
-                                  "validate_timeout": 1}, seconds=15)
-    assert time.monotonic() - started < 10
+                                  "validate_timeout": LIMIT}, seconds=15)
+    elapsed = time.monotonic() - started
+    assert bounded_timers == [LIMIT, GRACE] and on_time(elapsed), (bounded_timers, elapsed)
     assert rc == 1
     assert result["msg"].startswith("`%s %%s` (validate) did not finish within 1 s (validate_timeout) and was "
                                     "stopped; %s was left untouched." % (hang, conf))
@@ -672,11 +708,11 @@ def calls(tmp_path):
 
 # --- regression: a docker command that never answers ------------------------------------------
 
-def test_docker_image_inspect_that_hangs_fails_within_the_timeout(tmp_path):
+def test_docker_image_inspect_that_hangs_fails_within_the_timeout(tmp_path, bounded_timers):
     docker = fake_docker(tmp_path, "exec sleep 60")
     rc, result, elapsed = call_module(vllm_image_facts, {"image": "vllm/vllm-openai:v0.8.5", "docker_bin": docker,
-                                                         "timeout": 1})
-    assert elapsed < 1 + KILL_GRACE + 3
+                                                         "timeout": LIMIT})
+    assert bounded_timers == [LIMIT, GRACE] and on_time(elapsed), (bounded_timers, elapsed)
     assert rc == 1
     assert result["msg"] == ("vllm_image_facts: `docker image inspect` (reading the image on this host) did not finish "
                              "within 1 s and was stopped; raise timeout (now 1 s) if the Docker daemon is just slow, "
@@ -684,22 +720,26 @@ def test_docker_image_inspect_that_hangs_fails_within_the_timeout(tmp_path):
     assert result["cmd"] == [docker, "image", "inspect", "vllm/vllm-openai:v0.8.5"] and result["timeout"] == 1
 
 
-def test_a_docker_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
+def test_a_docker_that_ignores_sigterm_is_killed_after_the_grace(tmp_path, bounded_timers):
     docker = fake_docker(tmp_path, "trap '' TERM\nsleep 15 &\nwait $!\nsleep 15")
     rc, result, elapsed = call_module(vllm_image_facts, {"image": "vllm/vllm-openai:v0.8.5", "docker_bin": docker,
-                                                         "timeout": 1})
+                                                         "timeout": LIMIT})
     assert rc == 1 and "did not finish within 1 s" in result["msg"]
-    assert elapsed < 1 + KILL_GRACE + 4
+    assert bounded_timers == [LIMIT, GRACE] == [LIMIT, KILL_GRACE]
+    assert on_time(elapsed, grace=GRACE), elapsed
 
 
-def test_a_probe_that_hangs_fails_naming_both_options_and_removes_its_container(tmp_path):
+def test_a_probe_that_hangs_fails_naming_both_options_and_removes_its_container(tmp_path, bounded_timers):
     inspect = tmp_path / "inspect.json"
     inspect.write_text(fixture("inspect_vllm_v0.8.5.json"))
     docker = fake_docker(tmp_path, 'case "$1 $2" in\n"image inspect") cat %s;;\n"run --rm") exec sleep 60;;\n'
                                    '"rm -f") echo "$3";;\nesac' % inspect)
     rc, result, elapsed = call_module(vllm_image_facts, {"image": "vllm/vllm-openai:v0.8.5", "docker_bin": docker,
-                                                         "timeout": 1, "probe_timeout": 1})
-    assert elapsed < 4 + KILL_GRACE + 3
+                                                         "timeout": LIMIT, "probe_timeout": LIMIT})
+    # image inspect (timeout); the probe (timeout + 3 x probe_timeout), stopped; rm -f (CLEANUP_TIMEOUT).
+    probe = LIMIT + 3 * LIMIT
+    assert bounded_timers == [LIMIT, probe, GRACE, vllm_image_facts.CLEANUP_TIMEOUT], bounded_timers
+    assert on_time(elapsed, probe), elapsed
     assert rc == 1
     assert result["msg"].startswith("vllm_image_facts: `docker run --rm` (the in-image probe of sha256:%s) did not "
                                     "finish within 4 s and was stopped; it may run timeout + 3 x probe_timeout (1 + 3 "
@@ -711,35 +751,37 @@ def test_a_probe_that_hangs_fails_naming_both_options_and_removes_its_container(
     assert result["msg"].endswith("Its container %s was removed." % name)
 
 
-def test_a_gpu_check_that_hangs_fails_within_the_timeout(tmp_path):
+def test_a_gpu_check_that_hangs_fails_within_the_timeout(tmp_path, bounded_timers):
     inspect = tmp_path / "inspect.json"
     inspect.write_text(fixture("inspect_vllm_v0.8.5.json"))
     docker = fake_docker(tmp_path, 'case "$1 $2" in\n"image inspect") cat %s;;\n"run --rm") exec sleep 60;;\n'
                                    '"rm -f") exit 1;;\nesac' % inspect)
     rc, result, elapsed = call_module(vllm_image_facts, {"image": "vllm/vllm-openai:v0.8.5", "docker_bin": docker,
-                                                         "timeout": 1, "probe": False, "gpu_check": True})
-    assert rc == 1 and elapsed < 1 + KILL_GRACE + 3
+                                                         "timeout": LIMIT, "probe": False, "gpu_check": True})
+    assert bounded_timers == [LIMIT, LIMIT, GRACE, vllm_image_facts.CLEANUP_TIMEOUT], bounded_timers
+    assert rc == 1 and on_time(elapsed), elapsed
     assert "`docker run --rm` (the GPU check in sha256:" in result["msg"]
     assert "raise timeout (now 1 s) if the image is just slow to start, or set gpu_check: false" in result["msg"]
     assert "may still exist: remove it with `docker rm -f labfleet-gpu-check-" in result["msg"]
 
 
-def test_a_registry_read_that_hangs_fails_within_the_timeout(tmp_path):
+def test_a_registry_read_that_hangs_fails_within_the_timeout(tmp_path, bounded_timers):
     docker = fake_docker(tmp_path, 'case "$1" in\nimage) echo "Error: No such image: x" >&2; exit 1;;\n'
                                    'buildx) exec sleep 60;;\nesac')
     rc, result, elapsed = call_module(vllm_image_facts, {"image": "registry.example.org/ml/vllm:1", "docker_bin": docker,
-                                                         "timeout": 1, "registry_config": True})
-    assert rc == 1 and elapsed < 1 + KILL_GRACE + 3
+                                                         "timeout": LIMIT, "registry_config": True})
+    assert bounded_timers == [LIMIT, LIMIT, GRACE], bounded_timers
+    assert rc == 1 and on_time(elapsed), elapsed
     assert result["msg"].startswith("vllm_image_facts: `docker buildx imagetools` (the registry read of "
                                     "registry.example.org/ml/vllm:1) did not finish within 1 s")
     assert "or set registry_config: false" in result["msg"]
 
 
-def test_a_fast_docker_is_not_affected_by_the_timer(tmp_path):
+def test_a_fast_docker_is_not_affected_by_the_timer(tmp_path, bounded_timers):
     docker = fake_docker(tmp_path, 'echo "Error: No such image: x" >&2; exit 1')
     rc, result, elapsed = call_module(vllm_image_facts, {"image": "vllm/vllm-openai:v0.8.5", "docker_bin": docker,
-                                                         "timeout": 1})
-    assert rc == 0 and result["image"]["state"] == "absent" and elapsed < 5
+                                                         "timeout": LIMIT})
+    assert rc == 0 and result["image"]["state"] == "absent" and elapsed < 5 and bounded_timers == [LIMIT]
     time.sleep(1.2)  # the (cancelled) timer must not fire into anything afterwards
 
 

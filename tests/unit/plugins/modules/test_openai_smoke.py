@@ -6,12 +6,17 @@ import stat
 import time
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from unittest import mock
 
 import pytest
 
+from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.labfleet.vllm.plugins.modules import openai_smoke
+
+# A health wait that lost its timeout fails the test instead of hanging (conftest.py).
+pytestmark = pytest.mark.usefixtures("health_wait_guard")
 
 KEY = "sk-test-canary-4c1d"
 
@@ -41,6 +46,7 @@ class Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return
         if self.path == "/health":
+            self.config.get("on_health", lambda: None)()
             self._send(self.config.get("health", 200), "")
         elif self.path == "/v1/models":
             self._send(200, json.dumps({"data": [{"id": name} for name in self.config.get("models", ["quasar"])]}))
@@ -145,6 +151,59 @@ def test_unhealthy_server_times_out_with_progress(server, capsys):
     rc, result, _raw = run_module(capsys, {"url": server, "model": "quasar", "health_timeout": 1, "interval": 0.3})
     assert rc == 1 and "No healthy answer" in result["msg"] and "HTTP 503" in result["msg"]
     assert result["health"]["reason"] == "timeout" and result["health"]["attempts"] >= 2
+    # The wait ends at the last check before another would pass health_timeout: after 1 - 0.3 s, and
+    # (sleeps overshooting on a loaded machine) well before twice the timeout.
+    assert 1 - 0.3 < result["health"]["elapsed_s"] < 1.9, result["health"]
+
+
+class VirtualTime:
+    """The module's clock and sleep (openai_smoke.CLOCK, SLEEP): virtual seconds that only sleep()
+    and the test move on."""
+
+    def __init__(self, monkeypatch):
+        self.now = 0.0
+        self.slept = []
+        monkeypatch.setattr(openai_smoke, "CLOCK", lambda: self.now)
+        monkeypatch.setattr(openai_smoke, "SLEEP", self.sleep)
+
+    def sleep(self, seconds):
+        self.slept.append(seconds)
+        self.now += seconds
+        assert len(self.slept) < 1000, "still waiting after every timeout of these tests"
+
+
+def test_health_wait_on_a_virtual_clock_checks_until_the_timeout(server, capsys, monkeypatch):
+    Handler.config = {"health": 503}
+    clock = VirtualTime(monkeypatch)
+    rc, result, _raw = run_module(capsys, {"url": server, "model": "quasar", "health_timeout": 1, "interval": 0.3})
+    # Checks at 0, 0.3, 0.6 and 0.9 s; one more would come after the timeout.
+    assert rc == 1 and result["health"]["reason"] == "timeout" and result["health"]["attempts"] == 4
+    assert clock.slept == [0.3] * 3 and result["health"]["elapsed_s"] == pytest.approx(0.9, abs=1e-9)
+    assert "No healthy answer from %s/health within 1 s (health_timeout)" % server in result["msg"]
+
+
+def test_each_request_gets_its_documented_bound(server, capsys, armed):
+    # A health check takes at most 10 s of request_timeout; /v1/models and the completion all of it.
+    rc, result, _raw = run_module(capsys, {"url": server, "model": "quasar", "request_timeout": 30})
+    assert rc == 0, result
+    assert armed == [10, 30, 30]
+
+
+@pytest.mark.parametrize("used, expected", [
+    (300 + 59, {"armed": [10, 1.0], "rc": 0}),     # 1 s left of 0 + 3 x 100 + 60: /v1/models gets that
+    (300 + 59.6, {"armed": [10], "rc": 1}),        # 0.4 s left: not enough to ask
+])
+def test_the_run_is_bounded_by_health_timeout_3_request_timeouts_and_60_s(server, capsys, monkeypatch, armed, used,
+                                                                          expected):
+    clock = VirtualTime(monkeypatch)
+    Handler.config = {"on_health": lambda: setattr(clock, "now", used)}
+    rc, result, _raw = run_module(capsys, {"url": server, "model": "quasar", "health_timeout": 0,
+                                           "request_timeout": 100})
+    assert rc == expected["rc"] and armed[:2] == expected["armed"], (result, armed)
+    if rc:
+        assert result["msg"] == ("The smoke test of %s used up its overall time (360 s = health_timeout 0 + 3 x "
+                                 "request_timeout 100 + 60) before GET /v1/models; raise health_timeout or "
+                                 "request_timeout" % server)
 
 
 def test_nothing_listening(capsys):
@@ -214,9 +273,33 @@ def test_hanging_docker_probe_is_bounded(tmp_path, capsys, monkeypatch):
     docker.write_text("#!/bin/sh\nsleep 30\n")
     docker.chmod(docker.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setattr(openai_smoke, "COMMAND_TIMEOUT", 1)
+    commands = []
+    run_command = basic.AnsibleModule.run_command
+
+    def recording(self, args, **kwargs):
+        commands.append(list(args))
+        return run_command(self, args, **kwargs)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", recording)
     began = time.monotonic()
     rc, result, _raw = run_module(capsys, {"url": "http://127.0.0.1:9", "model": "quasar", "container": "vllm",
                                            "docker_bin": str(docker), "health_timeout": 0})
-    # Two docker commands (inspect, logs), each ended after 1 s (+2 s kill grace at most).
-    assert rc == 1 and time.monotonic() - began < 8
+    elapsed = time.monotonic() - began
+    # Two docker commands (inspect, logs), each ended by coreutils' timeout after 1 s (sleep obeys its
+    # SIGTERM): no sooner than 2 s, and well before twice that.
+    assert [c[1:6] for c in commands] == [["-k", "2", "1", str(docker), "inspect"],
+                                          ["-k", "2", "1", str(docker), "logs"]]
+    assert rc == 1 and 2 <= elapsed < 2 * 1.9, elapsed
     assert "container missing" in result["msg"]
+
+
+def test_container_commands_are_bounded_to_10_s_and_2_s_more_for_sigkill():
+    module = mock.Mock()
+    module.get_bin_path.return_value = "/usr/bin/timeout"
+    module.run_command.return_value = (0, "", "")
+    assert openai_smoke.run_bounded(module, ["docker", "logs", "vllm"], check_rc=False) == (0, "", "")
+    module.run_command.assert_called_once_with(["/usr/bin/timeout", "-k", "2", "10", "docker", "logs", "vllm"],
+                                               check_rc=False)
+    module.get_bin_path.return_value = None     # no coreutils timeout: the command as it is
+    openai_smoke.run_bounded(module, ["docker", "logs", "vllm"])
+    assert module.run_command.call_args[0][0] == ["docker", "logs", "vllm"]
