@@ -472,9 +472,9 @@ def test_coercion_helpers_are_one_copy():
         with pytest.raises(P.PolicyError):
             P._as_int(bad, "x")
     for value in (True, False, "yes", "off", 1, 0):
-        assert G._to_bool(value, "x") == P.coerce_bool(value, "x") == P._as_bool(value, "x")
+        assert G.to_bool(value, "x") == P.coerce_bool(value, "x") == P._as_bool(value, "x")
     for bad in ("maybe", 2, [1]):
         with pytest.raises(G.GateInputError):
-            G._to_bool(bad, "x")
+            G.to_bool(bad, "x")
         with pytest.raises(P.PolicyError):
             P._as_bool(bad, "x")
