@@ -18,6 +18,7 @@ import datetime
 import math
 import re
 
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gpu_input import gpu_compute_capability, gpu_entries
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._vllm_memory import profile_reserve
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._vllm_startup import (
     STARTUP_REASON_CODES,
@@ -321,27 +322,14 @@ def validate_inputs(gpus=None, driver_version=None, image=None, model=None, vllm
     out = {}
 
     # gpus -------------------------------------------------------------------------------------
-    if gpus is None:
-        gpus = []
-    if not isinstance(gpus, (list, tuple)):
-        raise GateInputError("gpus: expected a list of mappings with name, compute_capability and "
-                             "memory_total_mib, got %s" % _tname(gpus))
     norm_gpus = []
-    for index, gpu in enumerate(gpus):
-        where = "gpus[%d]" % index
-        if not isinstance(gpu, dict):
-            raise GateInputError("%s: expected a mapping with name, compute_capability and "
-                                 "memory_total_mib, got %s" % (where, _tname(gpu)))
+    expected = "name, compute_capability and memory_total_mib"
+    for index, where, gpu in gpu_entries(gpus, expected, GateInputError):
         name = to_str(gpu.get("name"), where + ".name") or "GPU %d" % index
         if has_control_chars(name.strip()):
             raise GateInputError("%s.name: expected a one-line GPU name, got %s" % (where, short_text(name)))
-        raw_cc = gpu.get("compute_capability")
-        cc = None
-        if raw_cc is not None and raw_cc != "":
-            cc = parse_cc(raw_cc)
-            if cc is None:
-                raise GateInputError("%s.compute_capability: expected a string like '7.0' (major.minor), "
-                                     "got %s" % (where, short_text(raw_cc)))
+        cc = gpu_compute_capability(gpu, "compute_capability", where, "a string like '7.0' (major.minor)",
+                                    GateInputError)
         memory = _to_int(gpu.get("memory_total_mib"), where + ".memory_total_mib", minimum=1,
                          maximum=2 ** 31)
         brand = to_str(gpu.get("brand"), where + ".brand", allow_numbers=False)
