@@ -33,6 +33,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_fact
     GIB,
     MIB,
     gate_facts,
+    resolve_enforce_eager,
 )
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_inputs import (
     VLLM_DTYPES,
@@ -58,7 +59,8 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy im
 
 # What _plan, _doctor and the deploy_gate module import from the gate.
 __all__ = ["GIB", "MIB", "REASON_CODES", "WARNING_CODES", "VLLM_DTYPES", "GateInputError", "check_plain_value",
-           "evaluate", "input_errors_only", "short_text", "to_bool", "to_mapping", "to_str", "validate_inputs"]
+           "evaluate", "input_errors_only", "resolve_enforce_eager", "short_text", "to_bool", "to_mapping",
+           "to_str", "validate_inputs"]
 
 # Every code the gate can emit, with its meaning (documentation and tests read these tables).
 REASON_CODES = {

@@ -16,8 +16,8 @@
   driver's CUDA level) from its input, never from shared state.
 - :class:`Findings`: what a rule returns: its reasons and warnings ({code, message}) and the
   facts it decided.
-- Helpers more than one rule uses (labels, the quantization method, the serving dtype's bytes,
-  enforce_eager).
+- Helpers more than one rule uses (labels, the quantization method, the serving dtype's bytes)
+  and :func:`resolve_enforce_eager`, THE enforce_eager rule that the gate and the plan share.
 
 Pure logic: no Ansible imports, no I/O.
 """
@@ -180,12 +180,33 @@ def effective_dtype_bytes(facts):
     return entry["bytes"] if entry else 2
 
 
+def resolve_enforce_eager(setting, policy, compute_capabilities):
+    """THE enforce_eager rule, for one vLLM instance: (on, why).
+
+    ``setting`` True or False (the request's, or vllm.enforce_eager) stands ("set by the request").
+    Anything else is auto: on when the policy's architecture of ANY of the instance's GPUs
+    (``compute_capabilities``: tuples, None for unknown) sets ``enforce_eager`` (Volta:
+    architectures.volta.enforce_eager, S-REFDEPLOY, S-VLLM-CUDAGRAPH). vLLM's --enforce-eager is
+    one engine flag for all the instance's workers, so one GPU that needs eager mode makes the
+    whole instance eager. _plan calls this for each instance's argv, the gate for the memory plan
+    and the startup checks."""
+    if setting is True or setting is False:
+        return setting, "set by the request"
+    keys = []
+    for cc in compute_capabilities:
+        key = arch_for_cc(policy, cc) if cc else None
+        if key and key not in keys:
+            keys.append(key)
+    eager = [k for k in keys if policy["architectures"][k].get("enforce_eager")]
+    if eager:
+        labels = ", ".join(policy["architectures"][k].get("label", k) for k in eager)
+        return True, "auto: on for %s (%s)" % (labels, policy["architectures"][eager[0]].get(
+            "enforce_eager_why", "the policy's architecture table"))
+    return False, "auto: CUDA graphs stay on for these GPUs"
+
+
 def enforce_eager(facts):
-    """Whether the instance runs eager: vllm.enforce_eager when true or false, else the policy's
-    architecture of the lowest GPU (architectures[*].enforce_eager)."""
-    value = facts.effective.get("enforce_eager")
-    if isinstance(value, bool):
-        return value
-    gpu = facts.lowest
-    key = arch_for_cc(facts.policy, gpu["cc"]) if gpu else None
-    return bool(key and facts.policy["architectures"][key].get("enforce_eager"))
+    """Whether the instance runs eager (resolve_enforce_eager over its GPUs and vllm.enforce_eager)."""
+    setting = facts.effective.get("enforce_eager")
+    return resolve_enforce_eager(setting if isinstance(setting, bool) else None, facts.policy,
+                                 [g["cc"] for g in facts.known])[0]

@@ -37,6 +37,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _ga
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_inputs import validate_inputs
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_rules_gpu import rule_parallel
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._plan import plan
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _policy as P
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_gate_vllm_refusals as R  # noqa: E402  (its GPUs, image and Llama-3.1-8B facts)
@@ -44,6 +45,9 @@ import test_gate_vllm_refusals as R  # noqa: E402  (its GPUs, image and Llama-3.
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 TODAY = datetime.date(2026, 9, 1)
 V100, IMAGE_0_8_5 = R.V100, R.IMAGE_0_8_5
+P100 = dict(V100, name="Tesla P100-PCIE-16GB", compute_capability="6.0", memory_total_mib=16384)
+# Llama-3.1-8B with what the reserve model needs (intermediate and vocabulary size).
+LLAMA_8B = dict(R.LLAMA_3_1_8B, intermediate_size=14336, vocab_size=128256)
 # Cases the recorded corpus lacks (a compute capability the policy maps to no architecture).
 EXTRA_CASES = [
     dict(gpus=[dict(V100, compute_capability="4.0", name="GPU of an unknown architecture")], image=IMAGE_0_8_5),
@@ -191,3 +195,33 @@ def test_rule_parallel_alone():
     assert [w["code"] for w in found.warnings] == ["PCIE_WITHOUT_P2P"]
     assert found.decided == {}
     assert rule_parallel(facts_for(gpus=[V100, V100], nvlink=True, vllm={"tensor_parallel_size": 2})) == GF.findings()
+
+
+# --- one enforce_eager rule for the gate and the plan ---------------------------------------------
+
+
+@pytest.mark.parametrize("setting,gpus,expected", [
+    (None, [(7, 0)], True),                      # Volta: architectures.volta.enforce_eager
+    (None, [(8, 0)], False),
+    (None, [(6, 0), (7, 0)], True),              # any GPU of the instance that needs it, not only the lowest
+    (None, [(7, 0), (8, 0)], True),
+    (None, [None, (8, 0)], False),               # an unknown compute capability counts for nothing
+    (True, [(8, 0)], True),                      # the request stands
+    (False, [(7, 0)], False),
+])
+def test_resolve_enforce_eager(setting, gpus, expected):
+    on, why = GF.resolve_enforce_eager(setting, P.merge_policy(None), gpus)
+    assert on is expected
+    assert why == "set by the request" if setting is not None else why.startswith("auto: ")
+
+
+def test_the_gate_and_the_plan_decide_enforce_eager_alike_on_a_mixed_host():
+    """P100 + V100 (refused, but planned): the plan's argv runs eager because the V100 needs it,
+    and the gate's memory plan counts no CUDA graphs for the same reason."""
+    kwargs = dict(gpus=[dict(P100, index=0), dict(V100, index=1)], driver_version="580.95.05", image=IMAGE_0_8_5,
+                  model=LLAMA_8B, vllm={"dtype": "float16", "max_model_len": 4096}, today=TODAY)
+    instance = plan(**kwargs)["instances"][0]
+    verdict = G.evaluate(**kwargs)
+    assert instance["enforce_eager"] is True and "--enforce-eager" in instance["argv"]
+    reserve = verdict["plan"]["reserve_model"]
+    assert "cuda_graphs" not in reserve["parts"] and "cuda_graphs" not in (reserve["outside_budget"] or {})
