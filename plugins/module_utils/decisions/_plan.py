@@ -33,6 +33,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate impo
     to_str,
     check_plain_value,
     evaluate,
+    resolve_enforce_eager,
 )
 from ansible_collections.labfleet.vllm.plugins.module_utils.converters._gptq import (
     BITS as GPTQ_BITS,
@@ -43,7 +44,6 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.converters._gptq imp
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import require_cuda_enforcement
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes._model import repacked_model_bytes
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
-    arch_for_cc,
     has_control_chars,
     is_ascii_digits,
     merge_policy,
@@ -498,24 +498,6 @@ def vllm_argv(args, enforce_eager, extra_args):
         argv.append("--enforce-eager")
     argv.extend(extra_args)
     return argv
-
-
-def _resolve_enforce_eager(setting, policy, gpus):
-    """(on, why) for an instance: the request's true/false, or per architecture from the policy."""
-    if setting is not True and setting is not False:
-        keys = []
-        for gpu in gpus:
-            cc = parse_cc(gpu.get("compute_capability")) if isinstance(gpu, dict) else None
-            key = arch_for_cc(policy, cc) if cc else None
-            if key and key not in keys:
-                keys.append(key)
-        eager = [k for k in keys if policy["architectures"][k].get("enforce_eager")]
-        if eager:
-            labels = ", ".join(policy["architectures"][k].get("label", k) for k in eager)
-            return True, "auto: on for %s (%s)" % (labels, policy["architectures"][eager[0]].get(
-                "enforce_eager_why", "the policy's architecture table"))
-        return False, "auto: CUDA graphs stay on for these GPUs"
-    return setting, "set by the request"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1182,7 +1164,9 @@ def _judge_instances(req, gpus, policy, common, target, model=None, drop_args=()
             if text:
                 inst_reasons = [dict(r, message=text) if r["code"] == "INSUFFICIENT_VRAM" else r
                                 for r in inst_reasons]
-        eager, eager_why = _resolve_enforce_eager(inst["enforce_eager"], policy, chosen)
+        eager, eager_why = resolve_enforce_eager(
+            inst["enforce_eager"], policy,
+            [parse_cc(g.get("compute_capability")) if isinstance(g, dict) else None for g in chosen])
         effective = dict(verdict["effective_vllm"])
         entry = dict((k, v) for k, v in inst.items() if k not in ("own_vllm_args", "enforce_eager"))
         entry.update(

@@ -43,12 +43,12 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy im
     coerce_int,
     compare_versions,
     format_cc,
-    parse_cc,
     parse_version,
     quant_key,
     short_repr,
     type_name,
 )
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gpu_input import gpu_compute_capability, gpu_entries
 
 # ---------------------------------------------------------------------------------------------
 # Codes
@@ -624,22 +624,9 @@ def _validate_args(args):
 
 
 def _validate_gpus(gpus):
-    if gpus is None:
-        return []
-    if not isinstance(gpus, (list, tuple)):
-        raise StartupInputError("gpus: expected a list of mappings with cc and memory_mib, got %s" % type_name(gpus))
     out = []
-    for index, gpu in enumerate(gpus):
-        where = "gpus[%d]" % index
-        if not isinstance(gpu, dict):
-            raise StartupInputError("%s: expected a mapping with cc and memory_mib, got %s" % (where, type_name(gpu)))
-        raw = gpu.get("cc")
-        cc = None
-        if raw is not None and raw != "":
-            cc = parse_cc(raw)
-            if cc is None:
-                raise StartupInputError("%s.cc: expected a compute capability like (7, 0) or '7.0', got %s"
-                                        % (where, short_repr(raw)))
+    for _index, where, gpu in gpu_entries(gpus, "cc and memory_mib", StartupInputError):
+        cc = gpu_compute_capability(gpu, "cc", where, "a compute capability like (7, 0) or '7.0'", StartupInputError)
         name = _str(gpu.get("name"), where + ".name")
         out.append({"cc": cc, "memory_mib": _int(gpu.get("memory_mib"), where + ".memory_mib"),
                     "name": name or None})

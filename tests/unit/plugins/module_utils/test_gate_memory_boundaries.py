@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Boundary tests for every memory comparison of the gate (issue 22, part 5).
 
-Each comparison of bytes, MiB, GiB, tokens or disk in _gate.py, _vllm_memory.py and _plan.py is
+Each comparison of bytes, MiB, GiB, tokens or disk in the gate (_gate_rules_memory.py), _vllm_memory.py and _plan.py is
 tried exactly on its boundary (the model that fits to the byte, the context that fits to the
 token) and one unit to each side, and each test says which side vLLM 0.8.5 is on, with its source
 (paths inside the release sdist, as in facts.md and docs/deploy_gate.md). Inputs are built with
@@ -96,7 +96,7 @@ def vram_message(result):
     return found[0]
 
 
-# --- _gate.memory_plan: weights against the usable memory -----------------------------------------
+# --- _gate_rules_memory: weights against the usable memory ----------------------------------
 
 
 @pytest.mark.parametrize("tp, offload_gb, weights, per_gpu, allowed", [
@@ -115,7 +115,7 @@ def vram_message(result):
     (1, 2, GIB, 0, True),
 ])
 def test_weights_that_fill_the_usable_memory_to_the_byte_pass_the_weights_check(tp, offload_gb, weights, per_gpu, allowed):
-    """_gate.memory_plan `per_gpu > usable`: weights equal to the usable memory pass, one byte more
+    """_gate_rules_memory._fit `per_gpu > usable`: weights equal to the usable memory pass, one byte more
     is INSUFFICIENT_VRAM for the weights.
 
     vLLM has no comparison of the weights alone: it subtracts them with the profile peak from
@@ -161,7 +161,7 @@ def test_weights_that_leave_no_kv_memory_are_refused_as_vllm_refuses_them(weight
     assert vram_message(result).startswith(which)
 
 
-# --- _gate.memory_plan: one max_model_len sequence of KV cache --------------------------------------
+# --- _gate_rules_memory: one max_model_len sequence of KV cache --------------------------------
 
 
 @pytest.mark.parametrize("weights, max_model_len, allowed, kv_tokens, concurrent", [
@@ -175,7 +175,7 @@ def test_weights_that_leave_no_kv_memory_are_refused_as_vllm_refuses_them(weight
     (USABLE - 2 * SEQ + 1, CONTEXT, True, 2 * CONTEXT - 1, 1),
 ])
 def test_a_context_that_fits_to_the_token_is_allowed(weights, max_model_len, allowed, kv_tokens, concurrent):
-    """_gate.memory_plan `seq_bytes <= kv_budget`: a sequence whose KV cache needs exactly the
+    """_gate_rules_memory._fit `seq_bytes <= kv_budget`: a sequence whose KV cache needs exactly the
     memory left fits. vLLM 0.8.5 is on the same side: V0 raises only when max_model_len >
     block_size x num_gpu_blocks (vllm/worker/worker.py raise_if_cache_size_invalid, "The model's
     max seq len ... is larger than the maximum number of tokens that can be stored in KV cache"),

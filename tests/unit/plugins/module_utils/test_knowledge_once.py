@@ -30,6 +30,9 @@ import re
 import pytest
 
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _gate as G
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _gate_facts as GF
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _gate_inputs as GI
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _gate_rules_driver as GD
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _gpu
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _image as I
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _model as M
@@ -321,7 +324,7 @@ def test_image_profiles_agree_with_the_release_table(version, image_key):
     assert profile["entrypoint"] == fields["entrypoint"]
     assert profile["tags"] == image["tags"]
     # and the gate reads the same release through its own path
-    key, entry = G._release_for(POLICY, P.parse_version(version))
+    key, entry = GF.release_for(POLICY, P.parse_version(version))
     assert key == version and entry["cuda_base"] == release["cuda_base"]
 
 
@@ -356,7 +359,7 @@ def test_torch_without_sm70_follows_the_releases():
             continue
         lacks = P.covers(release.get("vllm_arch", "").split(), (7, 0)) == "sass" \
             and P.covers(wheel["arch"].split(), (7, 0)) is None
-        assert lacks == G._in_range(P.parse_version(version), low, high), version
+        assert lacks == GD.in_range(P.parse_version(version), low, high), version
     assert P.TORCH_WITHOUT_SM70["torch_arch"] == P.TORCH_WHEELS["2.7 cu128"]["arch"]
 
 
@@ -407,8 +410,8 @@ def test_pci_table_names_come_from_the_policy():
 @pytest.mark.parametrize("number", list(range(1000, 100000, 997)) + [11040, 12040, 12080, 13000, 99990])
 def test_nvml_cuda_version_decodes_the_same_everywhere(number):
     via_gpu_facts = _gpu.cuda_version_from_int(number)
-    via_gate = G._cuda_driver_tuple(number, "cuda_driver_version")
-    via_gate_text = G._cuda_driver_tuple(str(number), "cuda_driver_version")
+    via_gate = GI._cuda_driver_tuple(number, "cuda_driver_version")
+    via_gate_text = GI._cuda_driver_tuple(str(number), "cuda_driver_version")
     assert via_gpu_facts == "%d.%d" % via_gate == "%d.%d" % via_gate_text
     assert G.validate_inputs(cuda_driver_version=number)["cuda_driver"] == via_gate
 
@@ -431,7 +434,7 @@ def test_arch_coverage_is_one_rule(arch_list):
     entries = G.validate_inputs(image={"arch_list": arch_list})["image"]["arch"]
     for text in ALL_CCS + ["9.1", "10.1", "12.1"]:
         cc = P.parse_cc(text)
-        assert I.covers(arch_list.split(), cc) == G._arch_support(entries, cc), (arch_list, text)
+        assert I.covers(arch_list.split(), cc) == GD.arch_support(entries, cc), (arch_list, text)
 
 
 QUANT_SPELLINGS = ["nvfp4", "NVFP4", "modelopt_fp4", "modelopt-fp4", "fp4", "modelopt_nvfp4", "nvfp4a16",
@@ -463,12 +466,12 @@ def test_model_facts_method_tables_are_the_policys():
 
 def test_coercion_helpers_are_one_copy():
     for value in (0, 1, "1", " 12 ", "12.0", 12.0):
-        assert G._to_int(value, "x") == P.coerce_int(value, "x")
+        assert GI._to_int(value, "x") == P.coerce_int(value, "x")
         assert P._as_int(value, "x") == P.coerce_int(value, "x")
     # "1_000" and other scripts' digits are no plain number (issue 13): both copies refuse them.
     for bad in ("1_000", "\uff11\uff12", "\u0661\u0662"):
         with pytest.raises(G.GateInputError):
-            G._to_int(bad, "x")
+            GI._to_int(bad, "x")
         with pytest.raises(P.PolicyError):
             P._as_int(bad, "x")
     for value in (True, False, "yes", "off", 1, 0):
