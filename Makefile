@@ -13,11 +13,12 @@ export MOLECULE_GLOB := molecule/*/molecule.yml
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: help test venv docker images unit-cleanroom compat compat-venv clean-images lint yamllint ansible-lint argspecs changelog-lint sanity ee unit integration molecule standin-images build clean demo demo-clean demo-screenshot bench bench-compat bench-repack bench-gptq-compat check-real-vllm
+.PHONY: help test venv docker images unit-cleanroom compat compat-venv clean-images lint yamllint ansible-lint argspecs funclength changelog-lint sanity ee unit integration molecule standin-images build clean demo demo-clean demo-screenshot bench bench-compat bench-repack bench-gptq-compat check-real-vllm
 
 help:
 	@echo "make test       lint + unit (clean room) + integration + compat + molecule, timed (the whole suite; what CI runs)"
-	@echo "make lint       yamllint, ansible-lint (production), argument_specs check, ansible-test sanity, ee"
+	@echo "make lint       yamllint, ansible-lint (production), argument_specs check, function length, ansible-test sanity, ee"
+	@echo "make funclength every function and class in plugins/ at most 150 lines (scripts/check_function_length.py)"
 	@echo "make ee         execution environment: build context generated (ansible-builder create) and checked"
 	@echo "make unit       pytest unit tests (on this machine)"
 	@echo "make unit-cleanroom  the unit tests in a fresh container of the project's base image (what make test runs)"
@@ -56,7 +57,7 @@ docker:
 images: docker
 	molecule/images/build.sh
 
-lint: yamllint ansible-lint argspecs changelog-lint sanity ee
+lint: yamllint ansible-lint argspecs funclength changelog-lint sanity ee
 
 yamllint: venv
 	yamllint -s .
@@ -69,6 +70,9 @@ changelog-lint: venv
 
 argspecs: venv
 	$(BIN)/python scripts/check_argspecs.py
+
+funclength:
+	$(PYTHON) scripts/check_function_length.py
 
 sanity: venv
 	scripts/sanity.sh

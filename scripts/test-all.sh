@@ -11,7 +11,7 @@
 #   unit (clean room)  the unit suite in a fresh container of the project's base image, with only
 #                      what the project's scripts install (scripts/unit-cleanroom.sh): both in the
 #                      background, beside venv and lint, which need no Docker (two cores: one each)
-#   venv, lint         yamllint, ansible-lint, argspecs, changelog-lint, sanity, ee (on this machine)
+#   venv, lint         yamllint, ansible-lint, argspecs, funclength, changelog-lint, sanity, ee (on this machine)
 #   integration        pytest against the Docker engine (tests/integration)
 #   compat             the checks against the real libraries (torch, compressed-tensors, gptqmodel),
 #                      from their pinned venv, cached outside the checkout (make compat); the venv is
@@ -77,7 +77,7 @@ compat_start=$(date +%s)
 compat_pid=$!
 
 stage venv "${make[@]}" venv
-for t in yamllint ansible-lint argspecs changelog-lint sanity ee; do
+for t in yamllint ansible-lint argspecs funclength changelog-lint sanity ee; do
   stage "lint: ${t}" "${make[@]}" "${t}"
 done
 

@@ -11,9 +11,11 @@ Private to labfleet.vllm (the leading underscore): no stability promise to other
   bounds the WHOLE request (connect, headers, body), not each socket read: a watchdog shuts the
   socket down when the time is up, so a server that trickles bytes or keep-alive comments cannot
   hold it. Bodies are read up to a byte limit.
-- ``iter_sse_data`` / ``read_chat_stream``: server-sent events as vLLM streams them (``data:
-  {json}`` blocks separated by blank lines, ending with ``data: [DONE]``; chunks with empty text
-  in the middle; the last token and ``finish_reason`` in one chunk).
+- ``iter_sse_data`` / ``stream_chunks`` / ``read_chat_stream``: server-sent events as vLLM streams
+  them (``data: {json}`` blocks separated by blank lines, ending with ``data: [DONE]``; chunks with
+  empty text in the middle; the last token and ``finish_reason`` in one chunk). stream_chunks is
+  the one reader of a stream's chunks (the smoke test's read_chat_stream, the benchmark's
+  _bench.stream_events).
 - ``error_message``: the message of vLLM's error bodies, flat (0.8.5) or nested (newer releases).
 - ``wait_for_health``: polls ``/health`` and a container probe, with progress lines, and stops
   early when the container exited or its unit restarted it.
@@ -540,6 +542,40 @@ def usage_tokens(obj):
     return None
 
 
+def stream_chunks(timed_data, state):
+    """Read a streamed completion and yield each chunk with its time: ``(time, chunk)``.
+
+    ``timed_data`` yields ``(time, data)``, ``data`` the text of one server-sent event's data
+    field (iter_sse_data), ``time`` whatever the caller stamps it with (the benchmark: the clock
+    when the event arrived; None when the caller needs no time). Reads until ``[DONE]``, an error
+    chunk or the end; a ValueError from ``timed_data`` (a line over MAX_LINE_BYTES) ends it.
+
+    ``state`` (a dict) holds, once the stream is read: ``done`` (``[DONE]`` came), ``error`` (a
+    chunk that is not JSON or carries an error, or the ValueError; None otherwise), ``chunks``
+    (the chunks read, the marker and errors not counted), ``finish_reason`` (the last non-empty
+    one) and ``usage_tokens`` (the server's ``completion_tokens``, or None). The one reader of the
+    stream for the smoke test (read_chat_stream) and the benchmark (_bench.stream_events).
+    """
+    state.update(done=False, error=None, chunks=0, finish_reason=None, usage_tokens=None)
+    try:
+        for when, data in timed_data:
+            kind, chunk, error = stream_item(data)
+            if kind == "done":
+                state["done"] = True
+                return
+            if kind == "error":
+                state["error"] = error
+                return
+            state["chunks"] += 1
+            state["finish_reason"] = finish_reason(chunk) or state["finish_reason"]
+            count = usage_tokens(chunk)
+            if count is not None:
+                state["usage_tokens"] = count
+            yield when, chunk
+    except ValueError as exc:  # a line over MAX_LINE_BYTES
+        state["error"] = "stream: %s" % short(exc, 200)
+
+
 def read_chat_stream(lines, started, clock=time.monotonic):
     """Read a streamed chat (or text) completion. ``lines``: pieces of the stream (bytes or str);
     ``started``: ``clock()`` when the request was sent.
@@ -550,37 +586,24 @@ def read_chat_stream(lines, started, clock=time.monotonic):
     text (None without one). Chunks with empty text (the role chunk, the detokenizer holding back
     an incomplete UTF-8 character) count for neither. ``text`` keeps the first KEEP_TEXT characters.
     """
-    result = {"text": "", "tokens": 0, "content_chunks": 0, "chunks": 0, "ttft_s": None,
-              "done": False, "finish_reason": None, "error": None, "usage_tokens": None}
+    state = {}
     pieces = []
-    kept = 0
-    try:
-        for data in iter_sse_data(lines):
-            kind, chunk, error = stream_item(data)
-            if kind == "done":
-                result["done"] = True
-                break
-            if kind == "error":
-                result["error"] = error
-                break
-            result["chunks"] += 1
-            text = delta_text(chunk)
-            if text:
-                if result["ttft_s"] is None:
-                    result["ttft_s"] = round(clock() - started, 4)
-                result["content_chunks"] += 1
-                if kept < KEEP_TEXT:
-                    pieces.append(text[:KEEP_TEXT - kept])
-                    kept += len(pieces[-1])
-            result["finish_reason"] = finish_reason(chunk) or result["finish_reason"]
-            usage = usage_tokens(chunk)
-            if usage is not None:
-                result["usage_tokens"] = usage
-    except ValueError as exc:  # a line over MAX_LINE_BYTES
-        result["error"] = "stream: %s" % short(exc, 200)
-    result["text"] = "".join(pieces)
-    result["tokens"] = result["usage_tokens"] if result["usage_tokens"] is not None else result["content_chunks"]
-    return result
+    kept = content_chunks = 0
+    ttft = None
+    for _when, chunk in stream_chunks(((None, data) for data in iter_sse_data(lines)), state):
+        text = delta_text(chunk)
+        if not text:
+            continue
+        if ttft is None:
+            ttft = round(clock() - started, 4)
+        content_chunks += 1
+        if kept < KEEP_TEXT:
+            pieces.append(text[:KEEP_TEXT - kept])
+            kept += len(pieces[-1])
+    usage = state["usage_tokens"]
+    return {"text": "".join(pieces), "tokens": usage if usage is not None else content_chunks,
+            "content_chunks": content_chunks, "chunks": state["chunks"], "ttft_s": ttft, "done": state["done"],
+            "finish_reason": state["finish_reason"], "error": state["error"], "usage_tokens": usage}
 
 
 def _plain_answer(outcome, body, started, clock):

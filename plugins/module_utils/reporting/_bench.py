@@ -44,9 +44,7 @@ import json
 import math
 import re
 
-from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai import finish_reason as chunk_finish_reason
-from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai import stream_item
-from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai import usage_tokens as chunk_usage_tokens
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai import stream_chunks
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._pci_ids import lookup_device
 
 SCHEMA = "labfleet.vllm.benchmark/1"
@@ -307,33 +305,20 @@ def chunk_text(chunk):
 def stream_events(timed_data):
     """Read a stream's SSE data, each with the time it arrived: ``timed_data`` yields ``(time,
     data)`` (the text after ``data:`` of one event). Reads until ``[DONE]``, an error chunk or the
-    end; a ValueError from the iterator (a line too long) ends it with ``error`` set.
+    end; a ValueError from the iterator (a line too long) ends it with ``error`` set (the reading
+    is _openai.stream_chunks').
 
     Returns ``{events: [(time, text)], usage_tokens, done, finish_reason, error, chunks}``;
     ``events`` holds the chunks that carry a text field (see chunk_text), in order.
     """
-    result = {"events": [], "usage_tokens": None, "done": False, "finish_reason": None, "error": None,
-              "chunks": 0}
-    try:
-        for when, data in timed_data:
-            kind, chunk, error = stream_item(data)
-            if kind == "done":
-                result["done"] = True
-                break
-            if kind == "error":
-                result["error"] = error
-                break
-            result["chunks"] += 1
-            text = chunk_text(chunk)
-            if text is not None:
-                result["events"].append((when, text))
-            result["finish_reason"] = chunk_finish_reason(chunk) or result["finish_reason"]
-            count = chunk_usage_tokens(chunk)
-            if count is not None:
-                result["usage_tokens"] = count
-    except ValueError as exc:
-        result["error"] = "stream: %s" % str(exc)[:200]
-    return result
+    state = {}
+    events = []
+    for when, chunk in stream_chunks(timed_data, state):
+        text = chunk_text(chunk)
+        if text is not None:
+            events.append((when, text))
+    return {"events": events, "usage_tokens": state["usage_tokens"], "done": state["done"],
+            "finish_reason": state["finish_reason"], "error": state["error"], "chunks": state["chunks"]}
 
 
 # A median gap between token events below this (seconds) is no decode step (a GPU decode step of any

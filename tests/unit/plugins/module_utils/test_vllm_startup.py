@@ -516,7 +516,8 @@ def test_missing_facts_skip_checks():
 # --------------------------------------------------------------------------------------------
 
 _REF = re.compile(r"^(vllm|csrc)/[\w/.-]+\.(py|cu):\d+$")
-_KEYS = {"id", "what", "vllm_0_8_5", "vllm_0_19_1", "encoded", "code", "why_not", "encoded_in", "confidence"}
+_KEYS = {"id", "what", "vllm_0_8_5", "vllm_0_19_1", "encoded", "code", "why_not", "encoded_in", "confidence",
+         "function"}
 
 
 def test_checks_table_is_well_formed():
@@ -571,6 +572,36 @@ def test_emitted_items_match_their_check_rows():
             assert item["level"] == expected
             seen.add(item["code"])
     assert len(seen) >= 10
+
+
+def test_every_check_encoded_here_is_a_rule_with_its_function():
+    here = [row for row in S.CHECKS if row["encoded_in"] == "_vllm_startup.py" and row["code"]]
+    assert list(S.STARTUP_RULES) == here
+    functions = [row["function"] for row in S.CHECKS if row["function"] is not None]
+    assert len(functions) == len(set(functions)) == len(here)
+    for row in here:
+        assert row["function"].__name__ == "check_" + row["id"]
+        assert row["function"].__doc__, row["id"]
+
+
+def test_the_facts_are_frozen_and_the_rules_pure():
+    facts = S.startup_facts(dict(QWEN2_5_7B_YARN), {"tensor_parallel_size": 3, "block_size": 8}, V100[:4], V085)
+    assert (facts.release, facts.tp, facts.engine, facts.backend, facts.head_size) == ("0.8.5", 3, "v0", "XFORMERS", 128)
+    assert facts.max_len == 131072 and facts.schedule.seqs == 256
+    with pytest.raises(TypeError):
+        facts.model["num_attention_heads"] = 27
+    with pytest.raises(TypeError):
+        facts.model["rope_scaling"]["factor"] = 1.0
+    with pytest.raises(TypeError):
+        facts.gpus[0]["cc"] = (8, 0)
+    with pytest.raises(AttributeError):
+        facts.tp = 4
+    # A check reads only the facts: the same answer each time, and a table of one rule gives one finding.
+    assert S.check_kv_heads_divisible(facts) is None and S.check_intermediate_size_divisible(facts) is None
+    assert "num_attention_heads 28" in S.check_attention_heads_divisible(facts)
+    mine = [row for row in S.STARTUP_RULES if row["id"] == "attention_heads_divisible"]
+    assert [item["code"] for item in S.run_rules(facts, mine)] == ["ATTENTION_HEADS_NOT_DIVISIBLE"]
+    assert S.run_rules(facts) == run(QWEN2_5_7B_YARN, {"tensor_parallel_size": 3, "block_size": 8}, V100[:4], V085)
 
 
 def test_docs_embed_the_rendered_table():
