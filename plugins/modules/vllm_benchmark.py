@@ -302,10 +302,10 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai impo
     MAX_BODY_BYTES,
     MAX_STREAM_BYTES,
     Deadline,
-    _open,
-    _read_body,
-    _read_pieces,
-    _Unreachable,
+    open_request,
+    read_body,
+    read_pieces,
+    Unreachable,
     auth_headers,
     chat_body,
     check_number,
@@ -408,8 +408,8 @@ def stream_request(url, body, headers, timeout, clock=time.monotonic):
     outcome = {"started": clock(), "ended": None, "figures": None, "error": None, "timed_out": False,
                "status": None, "finish_reason": None}
     try:
-        connection, response, watchdog = _open("POST", url, body, all_headers, timeout)
-    except _Unreachable as exc:
+        connection, response, watchdog = open_request("POST", url, body, all_headers, timeout)
+    except Unreachable as exc:
         outcome.update(ended=clock(), error=str(exc), timed_out=exc.timed_out)
         return outcome
     stream = {"events": [], "usage_tokens": None, "done": False}
@@ -417,16 +417,16 @@ def stream_request(url, body, headers, timeout, clock=time.monotonic):
         outcome["status"] = response.status
         ctype = (response.getheader("Content-Type") or "").lower()
         if response.status != 200:
-            answer, error = _read_body(response, MAX_BODY_BYTES)
+            answer, error = read_body(response, MAX_BODY_BYTES)
             outcome["error"] = "HTTP %s: %s" % (response.status, error or error_message(answer))
         elif not ctype.startswith("text/event-stream"):
-            _read_body(response, MAX_BODY_BYTES)
+            read_body(response, MAX_BODY_BYTES)
             outcome["error"] = "the answer is not a stream (Content-Type %s)" % (short(ctype, 60) or "missing")
         else:
             state = {"error": None}
 
             def timed():
-                for data in iter_sse_data(_read_pieces(response, MAX_STREAM_BYTES, state)):
+                for data in iter_sse_data(read_pieces(response, MAX_STREAM_BYTES, state)):
                     yield clock(), data
 
             stream = stream_events(timed())

@@ -220,7 +220,7 @@ def timeout_message(url, seconds):
     return "no complete answer from %s within %s s" % (url, _fmt(seconds))
 
 
-class _Unreachable(Exception):
+class Unreachable(Exception):
     """No HTTP answer: refused, reset, timed out, bad URL."""
 
     def __init__(self, message, timed_out=False):
@@ -277,8 +277,8 @@ class _Watchdog:
         self._timer.cancel()
 
 
-def _open(method, url, body=None, headers=None, timeout=10.0):
-    """Send one request; returns ``(connection, response, watchdog)``, raises _Unreachable.
+def open_request(method, url, body=None, headers=None, timeout=10.0):
+    """Send one request; returns ``(connection, response, watchdog)``, raises Unreachable.
 
     ``timeout`` bounds the whole exchange, the body included: the caller reads the body and then
     calls ``watchdog.stop()`` and ``connection.close()``.
@@ -308,11 +308,11 @@ def _open(method, url, body=None, headers=None, timeout=10.0):
         if connection is not None:
             connection.close()
         if watchdog.expired() or isinstance(exc, socket.timeout):
-            raise _Unreachable(timeout_message(url, timeout), timed_out=True)
-        raise _Unreachable("cannot reach %s: %s" % (url, short(exc, 200) or exc.__class__.__name__))
+            raise Unreachable(timeout_message(url, timeout), timed_out=True)
+        raise Unreachable("cannot reach %s: %s" % (url, short(exc, 200) or exc.__class__.__name__))
 
 
-def _read_pieces(response, limit, state):
+def read_pieces(response, limit, state):
     """Yield what the server sends, piece by piece, at most ``limit`` bytes in all.
 
     Stops quietly at the end of the body; a read error, a body cut short or a body over the limit
@@ -337,10 +337,10 @@ def _read_pieces(response, limit, state):
         yield piece
 
 
-def _read_body(response, limit):
+def read_body(response, limit):
     """``(body, error)`` of a whole (bounded) response body."""
     state = {"error": None}
-    body = b"".join(_read_pieces(response, limit, state))
+    body = b"".join(read_pieces(response, limit, state))
     return body, state["error"]
 
 
@@ -358,11 +358,11 @@ def http_request(method, url, payload=None, headers=None, timeout=10.0, limit=MA
         data = json.dumps(payload).encode("utf-8")
         all_headers["Content-Type"] = "application/json"
     try:
-        connection, response, watchdog = _open(method, url, data, all_headers, timeout)
-    except _Unreachable as exc:
+        connection, response, watchdog = open_request(method, url, data, all_headers, timeout)
+    except Unreachable as exc:
         return None, b"", str(exc)
     try:
-        body, error = _read_body(response, limit)
+        body, error = read_body(response, limit)
         if watchdog.expired():
             return None, b"", timeout_message(url, timeout)
         if error:
@@ -638,24 +638,24 @@ def chat_completion(url, body, headers=None, timeout=120.0, clock=time.monotonic
     outcome = {"status": None, "text": "", "tokens": 0, "ttft_s": None, "latency_s": None,
                "finish_reason": None, "done": False, "timed_out": False, "error": None}
     try:
-        connection, response, watchdog = _open("POST", url, json.dumps(body).encode("utf-8"), all_headers, timeout)
-    except _Unreachable as exc:
+        connection, response, watchdog = open_request("POST", url, json.dumps(body).encode("utf-8"), all_headers, timeout)
+    except Unreachable as exc:
         outcome.update(latency_s=round(clock() - started, 4), error=str(exc), timed_out=exc.timed_out)
         return outcome
     try:
         outcome["status"] = response.status
         ctype = (response.getheader("Content-Type") or "").lower()
         if response.status != 200:
-            answer, error = _read_body(response, MAX_BODY_BYTES)
+            answer, error = read_body(response, MAX_BODY_BYTES)
             outcome["error"] = "HTTP %s: %s" % (response.status, error_message(answer) if not error else error)
         elif body.get("stream") and not ctype.startswith("application/json"):
             state = {"error": None}
-            streamed = read_chat_stream(_read_pieces(response, limit, state), started, clock)
+            streamed = read_chat_stream(read_pieces(response, limit, state), started, clock)
             outcome.update(text=streamed["text"], tokens=streamed["tokens"], ttft_s=streamed["ttft_s"],
                            finish_reason=streamed["finish_reason"], done=streamed["done"],
                            error=state["error"] or streamed["error"])  # a cut stream: the cause first
         else:
-            answer, error = _read_body(response, MAX_BODY_BYTES)
+            answer, error = read_body(response, MAX_BODY_BYTES)
             if error:
                 outcome["error"] = error
             else:

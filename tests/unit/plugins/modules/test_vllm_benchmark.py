@@ -207,7 +207,7 @@ class VirtualStandin:
         self.clock = VirtualClock(shared)
         self.socket_timeout = socket_timeout
         self.armed = []
-        monkeypatch.setattr(vllm_benchmark, "_open", self.open)
+        monkeypatch.setattr(vllm_benchmark, "open_request", self.open)
         monkeypatch.setattr(vllm_benchmark, "CLOCK", self.clock)
 
     def open(self, method, url, data=None, headers=None, timeout=10.0):
