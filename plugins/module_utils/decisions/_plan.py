@@ -305,8 +305,8 @@ def normalize_request(request, vllm=None):
     ``vllm_args`` are merged over it.
     """
     request = to_mapping(request, "request", "image, image_digest, model_path, served_model_name, vllm_args, "
-                                              "enforce_eager, extra_args, instances, driver, serving_path, "
-                                              "fp16_model_path, gptq_model_path, gptq_group_size")
+                                             "enforce_eager, extra_args, instances, driver, serving_path, "
+                                             "fp16_model_path, gptq_model_path, gptq_group_size")
     out = {}
     for key in ("image", "image_digest", "model_path", "served_model_name"):
         text = to_str(request.get(key), "request.%s" % key, allow_numbers=False)
