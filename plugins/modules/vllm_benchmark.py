@@ -42,7 +42,7 @@ description:
     weights once, so decoding cannot exceed memory bandwidth per GPU / weight bytes per GPU tokens/s; the
     measured single-request speed (p50 of output tokens/s at concurrency 1) is reported as a share of it.
     The bandwidth comes from O(gpu_name) / O(pci_device_id) (vendor datasheet figures, with their sources, in
-    C(plugins/module_utils/reporting/_bench.py)) or O(memory_bandwidth_gb_s)."
+    C(plugins/module_utils/knowledge/_gpu_models.py)) or O(memory_bandwidth_gb_s)."
   - Every request is bounded as a whole by O(request_timeout) (connecting, headers, the whole stream) and the
     whole run by O(total_timeout); a request that fails, or a run that would start after the deadline, fails
     the task with the figures measured so far.
@@ -283,13 +283,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._gpu_models import memory_bandwidth
 from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._bench import (
     MAX_CONCURRENCY,
     MAX_LEVELS,
     check_document,
     compare,
     level_figures,
-    memory_bandwidth,
     normalize_flags,
     request_figures,
     result_document,

@@ -100,6 +100,8 @@ __metaclass__ = type
 import math
 import re
 
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._gpu_models import SMS_BY_CC
+
 MIB = 1024 ** 2
 GIB = 1024 ** 3
 
@@ -227,9 +229,9 @@ _CUBLAS_SM90_BYTES = 4096 * 8 * 1024
 _CUDA_GRAPH_MIN_MIB = 256
 
 # Streaming multiprocessors per compute capability (the Triton sampler buffer has at most one row
-# per SM). V100 80, T4 40 / RTX 8000 72, A100 108, A10/3090 84, L40S 142, H100 132; inferred.
-_SMS = {(7, 0): 80, (7, 5): 72, (8, 0): 108, (8, 6): 84, (8, 9): 142, (9, 0): 132}
-_SMS_UNKNOWN = 148
+# per SM): the largest count of the GPU model table's boards of that capability (_gpu_models.SMS_BY_CC);
+# a capability without a recorded count takes the largest count of the table (B200's 148).
+_SMS_UNKNOWN = max(SMS_BY_CC.values())
 
 _V0_DEFAULT_MAX_NUM_SEQS = 256           # 0.8.5 engine/arg_utils.py:1562-1563
 _V0_DEFAULT_BATCHED_TOKENS = 2048        # 0.8.5 config.py:68
@@ -505,7 +507,7 @@ def _sampler_moment(inputs, engine, line, tokens, rows, used):
     if line == "0.19.1" and rows >= _TRITON_MIN_ROWS:
         used.extend(["profile_run_v1", "last_tokens_v1", "dummy_sampler_v1", "sampler_f32_v1",
                      "sampler_triton_v1", "sampler_probs_v1", "triton_buffer_v1"])
-        sms = _SMS.get(inputs.cc, _SMS_UNKNOWN) if inputs.cc else _SMS_UNKNOWN
+        sms = SMS_BY_CC.get(inputs.cc, _SMS_UNKNOWN) if inputs.cc else _SMS_UNKNOWN
         buffer_rows = min(_next_pow2(rows), sms)
         per_element = inputs.dtype_bytes + (0 if inputs.dtype_bytes == 4 else 4) + 4 + 4
         return model_output + elements * per_element + buffer_rows * inputs.vocab * 4

@@ -38,7 +38,7 @@ import os
 import re
 import stat
 
-from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._pci_ids import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._gpu_models import (
     NVIDIA_VENDOR_ID,
     architecture_for,
     compute_capability_from_name,

@@ -33,7 +33,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _ga
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _gpu
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _image as I
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _model as M
-from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _pci_ids
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _gpu_models
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _policy as P
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
@@ -388,8 +388,8 @@ ALL_CCS = sorted(set(cc for entry in P.ARCHITECTURES.values() for cc in entry["c
 @pytest.mark.parametrize("cc", ALL_CCS)
 def test_architecture_names_agree(cc):
     label = P.architecture_label(cc)
-    assert _pci_ids.architecture_for(cc) == label
-    assert _pci_ids.CC_ARCHITECTURE.get(cc) == label
+    assert _gpu_models.architecture_for(cc) == label
+    assert _gpu_models.CC_ARCHITECTURE.get(cc) == label
     gpu = _gpu.complete_gpu(dict(_gpu.new_gpu("test"), compute_capability=cc))
     assert gpu["architecture"] == label
     if label is not None:
@@ -398,7 +398,7 @@ def test_architecture_names_agree(cc):
 
 
 def test_pci_table_names_come_from_the_policy():
-    for device_id, entry in _pci_ids.PCI_DEVICES.items():
+    for device_id, entry in _gpu_models.PCI_DEVICES.items():
         assert entry["architecture"] == P.architecture_label(entry["compute_capability"]), device_id
     assert P.architecture_label("7.0") == "Volta"
     assert P.architecture_label("8.9") == "Ada Lovelace"
@@ -472,9 +472,9 @@ def test_coercion_helpers_are_one_copy():
         with pytest.raises(P.PolicyError):
             P._as_int(bad, "x")
     for value in (True, False, "yes", "off", 1, 0):
-        assert G._to_bool(value, "x") == P.coerce_bool(value, "x") == P._as_bool(value, "x")
+        assert G.to_bool(value, "x") == P.coerce_bool(value, "x") == P._as_bool(value, "x")
     for bad in ("maybe", 2, [1]):
         with pytest.raises(G.GateInputError):
-            G._to_bool(bad, "x")
+            G.to_bool(bad, "x")
         with pytest.raises(P.PolicyError):
             P._as_bool(bad, "x")
