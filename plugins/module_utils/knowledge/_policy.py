@@ -95,6 +95,67 @@ SOURCES = {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Tool versions: the releases of Docker and the NVIDIA Container Toolkit from which something a GPU
+# container needs works. ``version`` is written as messages state it; tool_version() gives the
+# (major, minor, patch) tuple to compare with. The container_runtime role keeps the user-facing pin
+# (container_runtime_toolkit_version, default "toolkit_tested") and its own two Docker checks; a unit
+# test holds them to this table.
+# ---------------------------------------------------------------------------------------------
+_CTK_SRC = ("NVIDIA/nvidia-container-toolkit at the tags v1.14.6 ... v1.20.0 (plugins/module_utils/probes/_host.py "
+            "cites the files and lines)")
+TOOL_VERSIONS = {
+    "toolkit_min": {"tool": "nvidia-container-toolkit", "version": "1.14",
+                    "what": "the oldest toolkit the doctor accepts: older ones leave the GPUs out of containers",
+                    "source": "shared/reference/reference-deployment.md, failure 1: toolkit missing or older than 1.14 "
+                              "(nvidia-container-cli -V)", "confidence": "third_party"},
+    "toolkit_tested": {"tool": "nvidia-container-toolkit", "version": "1.18.2",
+                       "what": "the release the container_runtime role installs and holds; TOOLKIT_PACKAGES are pinned "
+                               "together at <version>-1",
+                       "source": "shared/reference/facts.md section 5 (the four packages pinned together)",
+                       "confidence": "verified"},
+    "toolkit_cdi_void": {"tool": "nvidia-container-toolkit", "version": "1.15.0",
+                         "what": "a generated CDI spec sets NVIDIA_VISIBLE_DEVICES=void, so a legacy hook does nothing",
+                         "source": "NVIDIA/nvidia-container-toolkit pkg/nvcdi/lib.go:176 at v1.15.0",
+                         "confidence": "verified"},
+    "toolkit_hook_removed": {"tool": "nvidia-container-toolkit", "version": "1.17.5",
+                             "what": "the nvidia runtime in cdi or jit-cdi mode removes the hook that docker --gpus adds",
+                             "source": _CTK_SRC, "confidence": "verified"},
+    "toolkit_jit_cdi": {"tool": "nvidia-container-toolkit", "version": "1.18",
+                        "what": "mode \"jit-cdi\" exists, and mode \"auto\" resolves to it (legacy before)",
+                        "source": "NVIDIA/nvidia-container-toolkit internal/info/auto.go:49-55 at v1.17.8, :87-99 and "
+                                  "129-135 at v1.18.2, CHANGELOG v1.18.0-rc.1", "confidence": "verified"},
+    "toolkit_cdi_refresh": {"tool": "nvidia-container-toolkit", "version": "1.18",
+                            "what": "nvidia-cdi-refresh.service regenerates /var/run/cdi/nvidia.yaml",
+                            "source": "NVIDIA/cloud-native-docs container-toolkit/cdi-support.md (facts.md section 5)",
+                            "confidence": "verified"},
+    "docker_gpus": {"tool": "docker", "version": "19.03", "what": "docker run --gpus",
+                    "source": "NVIDIA/cloud-native-docs container-toolkit/docker-specialized.md: --gpus from Docker "
+                              "19.03, else NVIDIA_VISIBLE_DEVICES (shared/reference/facts.md section 5)",
+                    "confidence": "verified"},
+    "docker_cdi": {"tool": "docker", "version": "25", "what": "CDI devices, with features.cdi: true in daemon.json",
+                   "source": "moby cmd/dockerd/daemon.go:271 at v28.1.1, :607-617 at v25.0.0", "confidence": "verified"},
+    "docker_cdi_default": {"tool": "docker", "version": "28.2", "what": "CDI on unless features.cdi: false",
+                           "source": "moby cmd/dockerd/daemon.go:1064-1072 at v28.2.0 (cdiEnabled())",
+                           "confidence": "verified"},
+    "docker_gpus_cdi": {"tool": "docker", "version": "29.2",
+                        "what": "--gpus maps to CDI devices (CDI on, nvidia-cdi-hook on dockerd's PATH, a spec of kind "
+                                "nvidia.com/gpu)",
+                        "source": "moby daemon/devices_nvidia_linux.go:60-101 and 210-250 at docker-v29.2.0, moby/moby#50228",
+                        "confidence": "verified"},
+}
+
+# The NVIDIA Container Toolkit's packages, installed and held at one version (NVIDIA's install guide).
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+                    "libnvidia-container1")
+
+
+def tool_version(key):
+    """TOOL_VERSIONS[key]'s version as (major, minor, patch) ints: "19.03" -> (19, 3, 0)."""
+    parts = [int(part) for part in TOOL_VERSIONS[key]["version"].split(".")]
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+# ---------------------------------------------------------------------------------------------
 # Minor version compatibility (MVC): an app built with any toolkit of a major family runs, with a
 # limited feature set (no JIT of PTX newer than the driver), on a driver >= driver_min.
 # ---------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.converters._gptq imp
 # The NVFP4 layers the repacker writes as float16 instead (the LM head).
 from ansible_collections.labfleet.vllm.plugins.module_utils.converters._gptq import FP16_LAYERS as GPTQ_FP16_LAYERS
 from ansible_collections.labfleet.vllm.plugins.module_utils.formats._nvfp4 import BLOCK as NVFP4_BLOCK
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats._nvfp4 import NVFP4_ALGO, is_nvfp4_group
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
     KNOWN_VLLM_QUANT_METHODS,
     QUANTIZATION,
@@ -132,7 +133,7 @@ METHOD_ALIASES = dict((key, [key] + list(entry["aliases"])) for key, entry in QU
 # ModelOpt quant_algo -> (vLLM method, weight format, bits).
 _MODELOPT_ALGOS = {
     "FP8": ("modelopt", "fp8", 8),
-    "NVFP4": ("modelopt_fp4", "nvfp4", 4),
+    NVFP4_ALGO: ("modelopt_fp4", "nvfp4", 4),
     "MXFP8": ("modelopt_mxfp8", "mxfp8", 8),
     "MIXED_PRECISION": ("modelopt_mixed", None, None),
 }
@@ -550,8 +551,7 @@ def _compressed_tensors(qc, source, path):
             bits_seen.add(w_bits)
         if group_size is not None:
             group_sizes.add(group_size)
-        if (fmt == "nvfp4-pack-quantized"
-                or (w_bits == 4 and w_type == "float" and group_size == 16)):
+        if is_nvfp4_group(fmt, w_bits, w_type, group_size):
             schemes.add("nvfp4")
             formats.add("nvfp4")
         elif w_type == "float" and w_bits == 8:

@@ -48,20 +48,28 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.probes._gpu import P
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import first_version, require_cuda_enforcement
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes._image import classify_gpu_check
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._plan import arg_key
-from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import arch_reach, covers, parse_arch, parse_cc
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
+    TOOL_VERSIONS,
+    TOOLKIT_PACKAGES,
+    arch_reach,
+    covers,
+    parse_arch,
+    parse_cc,
+    tool_version,
+)
 
 CHECKS = ("gpu_in_container", "illegal_instruction", "no_kernel_image", "out_of_memory", "tensor_parallel_pcie")
 STATUSES = ("healthy", "problem", "unknown", "not_applicable")
 GIB = 1024 ** 3
+# The toolkit release the doctor's fixes name (the container_runtime role's default pin).
+_TOOLKIT = TOOL_VERSIONS["toolkit_tested"]["version"]
 
 # Where each fact comes from and how sure it is.
 SOURCES = {
-    "docker_gpus": ("NVIDIA/cloud-native-docs container-toolkit/docker-specialized.md: --gpus from Docker 19.03, "
-                    "else NVIDIA_VISIBLE_DEVICES (shared/reference/facts.md section 5)", "verified"),
-    "toolkit_min": ("shared/reference/reference-deployment.md, failure 1: toolkit missing or older than 1.14 "
-                    "(nvidia-container-cli -V)", "third_party"),
-    "toolkit_pin": ("roles/container_runtime/defaults/main.yml container_runtime_toolkit_version 1.18.2; the four "
-                    "packages are pinned together (facts.md section 5)", "verified"),
+    "docker_gpus": (TOOL_VERSIONS["docker_gpus"]["source"], TOOL_VERSIONS["docker_gpus"]["confidence"]),
+    "toolkit_min": (TOOL_VERSIONS["toolkit_min"]["source"], TOOL_VERSIONS["toolkit_min"]["confidence"]),
+    "toolkit_pin": ("roles/container_runtime/defaults/main.yml container_runtime_toolkit_version %s; the four "
+                    "packages are pinned together (facts.md section 5)" % _TOOLKIT, "verified"),
     "daemon_json": ("dockerd refuses to start with a daemon.json it cannot parse "
                     "(docs.docker.com/reference/cli/dockerd/#daemon-configuration-file; `dockerd --validate`, "
                     "Docker 23 and later)", "third_party"),
@@ -79,7 +87,7 @@ SOURCES = {
                      "nvidia-modprobe)", "third_party"),
     "cdi_generate": ("NVIDIA/cloud-native-docs container-toolkit/cdi-support.md: `nvidia-ctk cdi generate "
                      "--output=/etc/cdi/nvidia.yaml`, regenerate after a driver upgrade; nvidia-cdi-refresh from "
-                     "toolkit 1.18.0 (facts.md section 5)", "verified"),
+                     "toolkit %s (facts.md section 5)" % TOOL_VERSIONS["toolkit_cdi_refresh"]["version"], "verified"),
     "cdi_stale": ("NVIDIA/nvidia-container-toolkit#856, #1611, #1517 and NVIDIA/NemoClaw PR #4733: a CDI spec "
                   "left from another driver or GPU set (anchors.md (d)8)", "third_party"),
     "gpu_check": ("plugins/module_utils/probes/_image.py classify_gpu_check (what docker and CUDA print, and the fix)",
@@ -551,23 +559,23 @@ def check_gpu_in_container(nvidia=None, host=None, daemon_json=None, daemon_json
             problems.append("the Docker engine does not answer (%s)"
                             % (container.get("docker_error") or "no server version").rstrip("."))
             fixes.append("start it and read why it stopped: `systemctl status docker`, `journalctl -u docker -n 50`")
-        elif _version(docker) is not None and _version(docker) < (19, 3, 0):
-            problems.append("Docker %s has no --gpus option (it needs 19.03)" % docker)
-            fixes.append("upgrade Docker to 19.03 or newer; until then run the container with --runtime=nvidia -e "
-                         "NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility")
+        elif _version(docker) is not None and _version(docker) < tool_version("docker_gpus"):
+            needs = TOOL_VERSIONS["docker_gpus"]["version"]
+            problems.append("Docker %s has no --gpus option (it needs %s)" % (docker, needs))
+            fixes.append("upgrade Docker to %s or newer; until then run the container with --runtime=nvidia -e "
+                         "NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility" % needs)
             sources.append("docker_gpus")
         if not toolkit:
             problems.append("the NVIDIA Container Toolkit is not installed (no nvidia-ctk or nvidia-container-cli)")
-            fixes.append("install nvidia-container-toolkit 1.18.2 (nvidia-container-toolkit, "
-                         "nvidia-container-toolkit-base, libnvidia-container-tools and libnvidia-container1, all "
-                         "=1.18.2-1, from NVIDIA's repository), e.g. with the labfleet.vllm.container_runtime role "
-                         "(container_runtime_toolkit_version: \"1.18.2\"), then `nvidia-ctk runtime configure "
-                         "--runtime=docker` and `systemctl restart docker`")
+            fixes.append("install nvidia-container-toolkit %s (%s and %s, all =%s-1, from NVIDIA's repository), e.g. "
+                         "with the labfleet.vllm.container_runtime role (container_runtime_toolkit_version: \"%s\"), "
+                         "then `nvidia-ctk runtime configure --runtime=docker` and `systemctl restart docker`"
+                         % (_TOOLKIT, ", ".join(TOOLKIT_PACKAGES[:-1]), TOOLKIT_PACKAGES[-1], _TOOLKIT, _TOOLKIT))
             sources.extend(["toolkit_pin", "runtime_configure"])
-        elif _version(toolkit) is not None and _version(toolkit) < (1, 14, 0):
-            problems.append("NVIDIA Container Toolkit %s is older than 1.14" % toolkit)
-            fixes.append("upgrade nvidia-container-toolkit and its three sibling packages to 1.18.2-1 "
-                         "(container_runtime_toolkit_version: \"1.18.2\")")
+        elif _version(toolkit) is not None and _version(toolkit) < tool_version("toolkit_min"):
+            problems.append("NVIDIA Container Toolkit %s is older than %s" % (toolkit, TOOL_VERSIONS["toolkit_min"]["version"]))
+            fixes.append("upgrade nvidia-container-toolkit and its three sibling packages to %s-1 "
+                         "(container_runtime_toolkit_version: \"%s\")" % (_TOOLKIT, _TOOLKIT))
             sources.extend(["toolkit_min", "toolkit_pin"])
         if container.get("docker_config_source") and docker \
                 and "nvidia" not in (container.get("docker_runtimes") or {}):
@@ -635,9 +643,10 @@ def check_gpu_in_container(nvidia=None, host=None, daemon_json=None, daemon_json
         if cdi_problems:
             if mode == "cdi" or mode is None:
                 problems.extend(cdi_problems)
-                fixes.append("regenerate the spec: `nvidia-ctk cdi generate --output=%s` (toolkit 1.18 and later: "
+                fixes.append("regenerate the spec: `nvidia-ctk cdi generate --output=%s` (toolkit %s and later: "
                              "`systemctl restart nvidia-cdi-refresh.service` for /var/run/cdi/nvidia.yaml)"
-                             % (next((s["path"] for s in summaries if s.get("path")), "/etc/cdi/nvidia.yaml")))
+                             % (next((s["path"] for s in summaries if s.get("path")), "/etc/cdi/nvidia.yaml"),
+                                TOOL_VERSIONS["toolkit_cdi_refresh"]["version"]))
                 sources.extend(["cdi_generate", "cdi_stale"])
             else:
                 evidence["cdi_unused_problems"] = cdi_problems
