@@ -487,6 +487,20 @@ _QUANT_0_20_0 = [
 #   field_source / field_confidence  provenance per field where it differs from source/confidence
 # Derived when this module loads (see _complete_releases): require_cuda (require_cuda_string of
 # cuda_base), min_cc (vllm_min_cc of the version), torch_arch (TORCH_WHEELS[torch_wheel]).
+
+
+def _field_source(version, **special):
+    """field_source of a release read in its own sdist (S-SDIST-<version>): every field from there, but
+    torch_arch (S-FACTS-2.3) and min_cc (S-DOCS), and what ``special`` names otherwise."""
+    sdist = "S-SDIST-" + version
+    fields = ("version", "cuda_base", "require_cuda", "vllm_arch", "torch", "torch_cuda", "torch_arch", "python",
+              "entrypoint", "quantization_methods", "min_cc")
+    found = dict((field, sdist) for field in fields)
+    found.update(torch_arch="S-FACTS-2.3", min_cc="S-DOCS")
+    found.update(special)
+    return found
+
+
 VLLM_RELEASES = {
     "0.6.3": {"cuda_base": "12.4.1", "torch": "2.4.0", "vllm_arch": "7.0 7.5 8.0 8.6 8.9 9.0+PTX",
               "entrypoint": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
@@ -507,13 +521,9 @@ VLLM_RELEASES = {
             "The last release whose image is CUDA 12.4.",
         ],
         "images": {"vllm/vllm-openai:v0.8.5": {"tags": ["v0.8.5"], "env_has_arch_list": False}},
-        "field_source": {
-            "version": "S-SDIST-0.8.5", "cuda_base": "S-SDIST-0.8.5; S-INSPECT-0.8.5",
-            "require_cuda": "S-INSPECT-0.8.5; S-CUDA-12.4", "vllm_arch": "S-SDIST-0.8.5",
-            "torch": "S-SDIST-0.8.5", "torch_cuda": "S-SDIST-0.8.5 (torch==2.6.0 from PyPI)",
-            "torch_arch": "S-FACTS-2.3", "python": "S-SDIST-0.8.5", "entrypoint": "S-SDIST-0.8.5",
-            "quantization_methods": "S-SDIST-0.8.5", "min_cc": "S-DOCS",
-        },
+        "field_source": _field_source("0.8.5", cuda_base="S-SDIST-0.8.5; S-INSPECT-0.8.5",
+                                      require_cuda="S-INSPECT-0.8.5; S-CUDA-12.4",
+                                      torch_cuda="S-SDIST-0.8.5 (torch==2.6.0 from PyPI)"),
         "field_confidence": {"torch_cuda": "inferred", "torch_arch": "inferred"},
         "source": "S-VLLM-SDIST; S-SDIST-0.8.5; S-INSPECT-0.8.5", "confidence": "verified",
     },
@@ -547,13 +557,8 @@ VLLM_RELEASES = {
             "The aarch64 half of the tag is built for 8.7 8.9 9.0 10.0+PTX 12.0; this profile is the x86_64 one.",
         ],
         "images": {"vllm/vllm-openai:v0.19.1": {"tags": ["v0.19.1", "v0.19.1-x86_64"], "env_has_arch_list": True}},
-        "field_source": {
-            "version": "S-SDIST-0.19.1", "cuda_base": "S-SDIST-0.19.1",
-            "require_cuda": "S-ENV-0.16.0 (same nvidia/cuda 12.9.1 base)", "vllm_arch": "S-SDIST-0.19.1",
-            "torch": "S-SDIST-0.19.1", "torch_cuda": "S-SDIST-0.19.1 (cu129 index)",
-            "torch_arch": "S-FACTS-2.3", "python": "S-SDIST-0.19.1", "entrypoint": "S-SDIST-0.19.1",
-            "quantization_methods": "S-SDIST-0.19.1", "min_cc": "S-DOCS",
-        },
+        "field_source": _field_source("0.19.1", require_cuda="S-ENV-0.16.0 (same nvidia/cuda 12.9.1 base)",
+                                      torch_cuda="S-SDIST-0.19.1 (cu129 index)"),
         "field_confidence": {"require_cuda": "inferred", "torch_arch": "inferred", "python": "inferred"},
         "source": "S-VLLM-SDIST; S-SDIST-0.19.1", "confidence": "verified",
     },
@@ -580,13 +585,8 @@ VLLM_RELEASES = {
                 "field_confidence": {"torch_arch": "unknown"},
             },
         },
-        "field_source": {
-            "version": "S-SDIST-0.20.0", "cuda_base": "S-SDIST-0.20.0",
-            "require_cuda": "S-ENV-0.23.0 (same nvidia/cuda 13.0.2 base)", "vllm_arch": "S-SDIST-0.20.0",
-            "torch": "S-SDIST-0.20.0", "torch_cuda": "S-SDIST-0.20.0 (cu130 index)",
-            "torch_arch": "S-FACTS-2.3", "python": "S-SDIST-0.20.0", "entrypoint": "S-SDIST-0.20.0",
-            "quantization_methods": "S-SDIST-0.20.0", "min_cc": "S-DOCS",
-        },
+        "field_source": _field_source("0.20.0", require_cuda="S-ENV-0.23.0 (same nvidia/cuda 13.0.2 base)",
+                                      torch_cuda="S-SDIST-0.20.0 (cu130 index)"),
         "field_confidence": {"require_cuda": "inferred", "python": "inferred"},
         "source": "S-VLLM-SDIST; S-SDIST-0.20.0", "confidence": "verified",
     },
@@ -1417,25 +1417,25 @@ def _normalize_settings(settings):
     return out
 
 
+def _check_driver_field(entry, field, where, expected):
+    """PolicyError naming ``where``.``field`` unless it reads as a driver version or branch."""
+    if parse_driver_version(str(entry.get(field, ""))) is None:
+        raise PolicyError("%s.%s: expected %s, got %r" % (where, field, expected, entry.get(field)))
+
+
 def _validate_sections(policy):
     for key, entry in policy["cuda_toolkits"].items():
         where = "policy.cuda_toolkits.%s" % key
         _check_version_text(key, where, "a CUDA version key like '12.4.1'")
         if not isinstance(entry, dict):
             raise PolicyError("%s: expected a mapping with min_linux_driver and mvc_floor" % where)
-        if parse_driver_version(str(entry.get("min_linux_driver", ""))) is None:
-            raise PolicyError("%s.min_linux_driver: expected a driver version like '550.54.14', got %r"
-                              % (where, entry.get("min_linux_driver")))
-        if parse_driver_version(str(entry.get("mvc_floor", ""))) is None:
-            raise PolicyError("%s.mvc_floor: expected a driver branch like '525', got %r"
-                              % (where, entry.get("mvc_floor")))
+        _check_driver_field(entry, "min_linux_driver", where, "a driver version like '550.54.14'")
+        _check_driver_field(entry, "mvc_floor", where, "a driver branch like '525'")
     for key, entry in policy["minor_version_compatibility"].items():
         where = "policy.minor_version_compatibility.%s" % key
         if not is_ascii_digits(str(key)) or not isinstance(entry, dict):
             raise PolicyError("%s: expected a CUDA major version key ('12') with a mapping value" % where)
-        if parse_driver_version(str(entry.get("driver_min", ""))) is None:
-            raise PolicyError("%s.driver_min: expected a driver branch like '525', got %r"
-                              % (where, entry.get("driver_min")))
+        _check_driver_field(entry, "driver_min", where, "a driver branch like '525'")
     for key, entry in policy["driver_branches"].items():
         where = "policy.driver_branches.%s" % key
         if not is_ascii_digits(str(key)) or not isinstance(entry, dict):

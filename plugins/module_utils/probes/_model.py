@@ -60,20 +60,12 @@ MAX_JSON_INT_DIGITS = 40
 # (Gemma 2), vocab 262144 (Gemma 3), intermediate 53248 (Llama-3.1-405B), context 10485760
 # (Llama 4 Scout) (confidence: inferred from the public config.json files). A value outside is
 # nonsense, and a gate fed with it would plan on nonsense.
-CONFIG_INT_LIMITS = {
-    "hidden_size": (1, 2 ** 20),
-    "num_hidden_layers": (1, 2 ** 12),
-    "num_attention_heads": (1, 2 ** 12),
-    "num_key_value_heads": (1, 2 ** 12),
-    "head_dim": (1, 2 ** 14),
-    "max_position_embeddings": (1, 2 ** 30),
-    "max_sequence_length": (1, 2 ** 30),
-    "seq_length": (1, 2 ** 30),
-    "n_positions": (1, 2 ** 30),
-    "vocab_size": (1, 2 ** 24),
-    "intermediate_size": (1, 2 ** 22),
-    "model_max_length": (1, 2 ** 30),
-}
+# Context lengths (every key a config or tokenizer spells it with) up to 2**30; layers and heads up to 2**12.
+CONFIG_INT_LIMITS = dict(
+    [(key, (1, 2 ** 30)) for key in ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions",
+                                      "model_max_length")]
+    + [(key, (1, 2 ** 12)) for key in ("num_hidden_layers", "num_attention_heads", "num_key_value_heads")],
+    hidden_size=(1, 2 ** 20), head_dim=(1, 2 ** 14), vocab_size=(1, 2 ** 24), intermediate_size=(1, 2 ** 22))
 SLIDING_WINDOW_MAX = 2 ** 31
 # Quantization integers: bit widths, and group/block sizes (-1 is GPTQ's "one group per channel").
 QUANT_BITS_RANGE = (1, 64)
