@@ -195,33 +195,30 @@ _OBSERVED = (
 # Every cited line and observation, for the gate's report.
 MEMORY_MODEL_SOURCES = [citation for _key, citation in _SRC] + list(_OBSERVED)
 
-# The named constants: value, where it comes from, how sure.
+
+def _constant(value, confidence, source):
+    """One named constant of the model: its value, how sure (verified, third_party, inferred), where it comes from."""
+    return {"value": value, "confidence": confidence, "source": source}
+
+
+# The named constants: value, how sure, where it comes from.
 CONSTANTS = {
-    "non_torch_single_gpu_mib": {
-        "value": 256, "confidence": "third_party",
-        "source": "observed 0.16 GiB (vllm#12126, H100) and 0.23 GiB (InternLM/turbomind#14, V100) "
-                  "for one GPU; rounded up"},
-    "non_torch_multi_gpu_v0_mib": {
-        "value": 512, "confidence": "third_party",
-        "source": "V0 with tp*pp > 1 adds NCCL communicators and custom all-reduce buffers after the "
-                  "baseline snapshot: observed 0.20 GiB (vllm#14447, CUDA) and 0.59-0.73 GiB "
-                  "(nlzy/vllm-gfx906#10, ROCm); PCIe V100 pairs not measured"},
-    "cuda_context_mib": {
-        "value": 512, "confidence": "inferred",
-        "source": "CUDA context with lazy module loading (PyTorch default); outside vLLM's budget "
-                  "except in vLLM 0.8.5's V1 worker"},
-    "nccl_outside_budget_mib": {
-        "value": 256, "confidence": "inferred",
-        "source": "0.19.1 initialises NCCL before the baseline snapshot, so it is outside the budget"},
-    "cuda_graph_mib_per_layer": {
-        "value": 14, "confidence": "inferred",
-        "source": "extrapolated from 0.21 GiB for a 16-layer 1B model (vllm#11349); at least 256 MiB"},
-    "cublas_workspace_bytes": {
-        "value": 4096 * 1024 * 2 + 16 * 1024 * 8, "confidence": "third_party",
-        "source": "PyTorch default cuBLAS workspace below sm90 (32 MiB on sm90), plus 1 MiB cuBLASLt"},
-    "fallback_reserve_mib": {
-        "value": FALLBACK_RESERVE_MIB, "confidence": "inferred",
-        "source": "the previous fixed reserve (_policy.ACTIVATION_RESERVE_MIB)"},
+    "non_torch_single_gpu_mib": _constant(256, "third_party", "observed 0.16 GiB (vllm#12126, H100) and 0.23 GiB "
+                                                              "(InternLM/turbomind#14, V100) for one GPU; rounded up"),
+    "non_torch_multi_gpu_v0_mib": _constant(
+        512, "third_party", "V0 with tp*pp > 1 adds NCCL communicators and custom all-reduce buffers after the baseline "
+                            "snapshot: observed 0.20 GiB (vllm#14447, CUDA) and 0.59-0.73 GiB (nlzy/vllm-gfx906#10, ROCm); "
+                            "PCIe V100 pairs not measured"),
+    "cuda_context_mib": _constant(512, "inferred", "CUDA context with lazy module loading (PyTorch default); outside vLLM's "
+                                                   "budget except in vLLM 0.8.5's V1 worker"),
+    "nccl_outside_budget_mib": _constant(256, "inferred", "0.19.1 initialises NCCL before the baseline snapshot, so it is "
+                                                          "outside the budget"),
+    "cuda_graph_mib_per_layer": _constant(14, "inferred", "extrapolated from 0.21 GiB for a 16-layer 1B model (vllm#11349); "
+                                                          "at least 256 MiB"),
+    "cublas_workspace_bytes": _constant(4096 * 1024 * 2 + 16 * 1024 * 8, "third_party",
+                                        "PyTorch default cuBLAS workspace below sm90 (32 MiB on sm90), plus 1 MiB cuBLASLt"),
+    "fallback_reserve_mib": _constant(FALLBACK_RESERVE_MIB, "inferred", "the previous fixed reserve "
+                                                                        "(_policy.ACTIVATION_RESERVE_MIB)"),
 }
 
 _CUBLASLT_BYTES = 1024 * 1024

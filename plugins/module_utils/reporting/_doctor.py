@@ -203,8 +203,7 @@ JOURNAL_FAULTS = (
     ("illegal_instruction", r"Illegal instruction|\bSIGILL\b|status=4/ILL|status=132/|trap invalid opcode", "sigill"),
     ("no_kernel_image", r"no kernel image is available for execution on the device", "no_kernel_image"),
     ("ptx_unsupported", r"provided PTX was compiled with an unsupported toolchain", "ptx_toolchain"),
-    ("oom_free_memory", r"Free memory on device .{0,80} is less than desired GPU memory utilization",
-     "oom_free_memory"),
+    ("oom_free_memory", r"Free memory on device .{0,80} is less than desired GPU memory utilization", "oom_free_memory"),
     ("oom_no_cache_blocks", r"No available memory for the cache blocks", "oom_cache_v0"),
     ("oom_max_model_len", r"is larger than the maximum number of tokens that can be stored in KV cache|"
                           r"KV cache is needed, which is larger than the available KV cache memory", "oom_cache_v1"),
@@ -216,8 +215,7 @@ JOURNAL_FAULTS = (
     ("engine_timeout", r"Engine iteration timed out", "engine_timeout"),
     ("rpc_timeout", r"RPC call to \S+ timed out", "rpc_timeout"),
     ("shm_broadcast_wait", r"No available shared memory broadcast block found", "shm_broadcast"),
-    ("shm_too_small", r"ncclShmOpen|Error while creating shared memory segment|Fatal Python error: Bus error",
-     "shm_size"),
+    ("shm_too_small", r"ncclShmOpen|Error while creating shared memory segment|Fatal Python error: Bus error", "shm_size"),
     ("nccl_warn", r"NCCL WARN", "nccl_debug"),
 )
 _FAULT_RES = tuple((fault, re.compile(pattern), source) for fault, pattern, source in JOURNAL_FAULTS)
