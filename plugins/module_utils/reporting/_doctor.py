@@ -503,6 +503,97 @@ def _cdi_problems(specs, gpus, driver_version):
     return problems, summaries
 
 
+def _daemon_json_state(text, path):
+    """("valid", None) when daemon.json's ``text`` parses as dockerd reads it, else (what is wrong, the fix)."""
+    try:
+        parse_daemon_json(text, path)
+        return "valid", None
+    except DaemonJsonError as exc:
+        message = str(exc).split("; fix or remove", 1)[0].split(" (the file was left", 1)[0]
+        return message, ("repair %s (keep its keys), check it with `dockerd --validate --config-file %s` (Docker 23 "
+                         "and later), then `systemctl restart docker`; the container_runtime role merges "
+                         "runtimes.nvidia into it only once it parses" % (path, path))
+
+
+def _container_stack(container, docker, toolkit, daemon_json_path, image):
+    """What host_facts' ``container`` facts say is wrong with Docker, the toolkit, the nvidia runtime
+    and the path docker run --gpus takes: {problems, fixes, sources, gpu_path (mode and why, or None)}."""
+    problems, fixes, sources, gpu_path = [], [], [], None
+    if not container.get("docker_client_version") and not container.get("docker_server_version"):
+        problems.append("Docker is not installed (no docker CLI on the host)")
+        fixes.append("install Docker with the labfleet.vllm.container_runtime role (or `apt-get install docker.io`)")
+    elif not container.get("docker_server_version"):
+        problems.append("the Docker engine does not answer (%s)"
+                        % (container.get("docker_error") or "no server version").rstrip("."))
+        fixes.append("start it and read why it stopped: `systemctl status docker`, `journalctl -u docker -n 50`")
+    elif _version(docker) is not None and _version(docker) < tool_version("docker_gpus"):
+        needs = TOOL_VERSIONS["docker_gpus"]["version"]
+        problems.append("Docker %s has no --gpus option (it needs %s)" % (docker, needs))
+        fixes.append("upgrade Docker to %s or newer; until then run the container with --runtime=nvidia -e "
+                     "NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility" % needs)
+        sources.append("docker_gpus")
+    if not toolkit:
+        problems.append("the NVIDIA Container Toolkit is not installed (no nvidia-ctk or nvidia-container-cli)")
+        fixes.append("install nvidia-container-toolkit %s (%s and %s, all =%s-1, from NVIDIA's repository), e.g. "
+                     "with the labfleet.vllm.container_runtime role (container_runtime_toolkit_version: \"%s\"), "
+                     "then `nvidia-ctk runtime configure --runtime=docker` and `systemctl restart docker`"
+                     % (_TOOLKIT, ", ".join(TOOLKIT_PACKAGES[:-1]), TOOLKIT_PACKAGES[-1], _TOOLKIT, _TOOLKIT))
+        sources.extend(["toolkit_pin", "runtime_configure"])
+    elif _version(toolkit) is not None and _version(toolkit) < tool_version("toolkit_min"):
+        problems.append("NVIDIA Container Toolkit %s is older than %s" % (toolkit, TOOL_VERSIONS["toolkit_min"]["version"]))
+        fixes.append("upgrade nvidia-container-toolkit and its three sibling packages to %s-1 "
+                     "(container_runtime_toolkit_version: \"%s\")" % (_TOOLKIT, _TOOLKIT))
+        sources.extend(["toolkit_min", "toolkit_pin"])
+    runtimes = container.get("docker_runtimes") or {}
+    if container.get("docker_config_source") and docker and "nvidia" not in runtimes:
+        problems.append("Docker lists no nvidia runtime (runtimes: %s, from %s)"
+                        % (", ".join(sorted(runtimes)) or "none", container["docker_config_source"]))
+        fixes.append("`nvidia-ctk runtime configure --runtime=docker` (adds runtimes.nvidia.path = "
+                     "nvidia-container-runtime to %s) and `systemctl restart docker`, or rerun the "
+                     "container_runtime role" % daemon_json_path)
+        sources.append("runtime_configure")
+    if toolkit and docker and container.get("docker_server_version"):
+        image_env = _mapping(_mapping(image).get("env")) or None
+        path = require_cuda_enforcement(container, gpu_run_args=["--gpus", "all"], image_env=image_env)
+        gpu_path = {"mode": path.get("mode"), "why": path.get("why")}
+        if path.get("blocked"):
+            problems.append("docker run --gpus all cannot start a GPU container here: %s" % path["blocked"].split(";", 1)[0])
+            fixes.append(path["blocked"])
+    return {"problems": problems, "fixes": fixes, "sources": sources, "gpu_path": gpu_path}
+
+
+def _container_test(gpu_test, host_uuids, fixes):
+    """What ``docker run --rm --gpus all <image> nvidia-smi -L`` showed ({rc, stdout, stderr}, or None when
+    it did not run), against the host's GPU UUIDs; ``fixes`` (read only) keeps a fix from being given twice.
+    Returns {ok (None: no test), seen, problems, fixes, sources, evidence}."""
+    found = {"ok": None, "seen": [], "problems": [], "fixes": [], "sources": [], "evidence": {}}
+    if not isinstance(gpu_test, dict) or gpu_test.get("rc") is None:
+        return found
+    out = gpu_test.get("stdout") or ""
+    seen = found["seen"] = parse_gpu_list(out)
+    found["evidence"]["container_gpus"] = [g["uuid"] for g in seen]
+    if gpu_test.get("rc") == 0 and seen:
+        seen_uuids = sorted(g["uuid"] for g in seen)
+        found["ok"] = not (host_uuids and seen_uuids != host_uuids)
+        if not found["ok"]:
+            found["problems"].append("a --gpus all container lists %d GPU(s) (%s), the host %d (%s)"
+                                     % (len(seen), ", ".join(seen_uuids), len(host_uuids), ", ".join(host_uuids)))
+            found["fixes"].append("look for NVIDIA_VISIBLE_DEVICES in the image (`docker image inspect`) and the unit's "
+                                  "env file, keep the instance's gpus at all, and regenerate the CDI spec "
+                                  "(`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`)")
+        return found
+    found["ok"] = False
+    result = classify_gpu_check(gpu_test.get("rc"), out, gpu_test.get("stderr") or "")
+    found["evidence"]["container_test"] = {"rc": gpu_test.get("rc"), "category": result["category"],
+                                           "message": result["message"]}
+    found["problems"].append("`docker run --rm --gpus all <image> nvidia-smi -L` failed (exit %s): %s"
+                             % (gpu_test.get("rc"), _clip(result["message"], 200)))
+    if result.get("fix") and not any(result["fix"] in f for f in fixes):
+        found["fixes"].append(result["fix"])
+    found["sources"].append("gpu_check")
+    return found
+
+
 def check_gpu_in_container(nvidia=None, host=None, daemon_json=None, daemon_json_path="/etc/docker/daemon.json",
                            gpu_test=None, dev_nodes=None, dev_char_missing=None, cdi_specs=None, image=None,
                            verdict=None):
@@ -528,16 +619,10 @@ def check_gpu_in_container(nvidia=None, host=None, daemon_json=None, daemon_json
 
     # daemon.json first: dockerd does not start with a file it cannot parse.
     if isinstance(daemon_json, (str, bytes)):
-        try:
-            parse_daemon_json(daemon_json, daemon_json_path)
-            evidence["daemon_json"] = "valid"
-        except DaemonJsonError as exc:
-            message = str(exc).split("; fix or remove", 1)[0].split(" (the file was left", 1)[0]
-            evidence["daemon_json"] = message
-            problems.append("%s, so dockerd will not start with it" % message)
-            fixes.append("repair %s (keep its keys), check it with `dockerd --validate --config-file %s` (Docker 23 "
-                         "and later), then `systemctl restart docker`; the container_runtime role merges "
-                         "runtimes.nvidia into it only once it parses" % (daemon_json_path, daemon_json_path))
+        evidence["daemon_json"], fix = _daemon_json_state(daemon_json, daemon_json_path)
+        if fix:
+            problems.append("%s, so dockerd will not start with it" % evidence["daemon_json"])
+            fixes.append(fix)
             sources.append("daemon_json")
 
     docker = container.get("docker_server_version") or container.get("docker_client_version")
@@ -549,49 +634,12 @@ def check_gpu_in_container(nvidia=None, host=None, daemon_json=None, daemon_json
     if not container:
         collect.append("labfleet.vllm.host_facts (Docker and toolkit versions, runtimes)")
     else:
-        if not container.get("docker_client_version") and not container.get("docker_server_version"):
-            problems.append("Docker is not installed (no docker CLI on the host)")
-            fixes.append("install Docker with the labfleet.vllm.container_runtime role (or `apt-get install "
-                         "docker.io`)")
-        elif not container.get("docker_server_version"):
-            problems.append("the Docker engine does not answer (%s)"
-                            % (container.get("docker_error") or "no server version").rstrip("."))
-            fixes.append("start it and read why it stopped: `systemctl status docker`, `journalctl -u docker -n 50`")
-        elif _version(docker) is not None and _version(docker) < tool_version("docker_gpus"):
-            needs = TOOL_VERSIONS["docker_gpus"]["version"]
-            problems.append("Docker %s has no --gpus option (it needs %s)" % (docker, needs))
-            fixes.append("upgrade Docker to %s or newer; until then run the container with --runtime=nvidia -e "
-                         "NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility" % needs)
-            sources.append("docker_gpus")
-        if not toolkit:
-            problems.append("the NVIDIA Container Toolkit is not installed (no nvidia-ctk or nvidia-container-cli)")
-            fixes.append("install nvidia-container-toolkit %s (%s and %s, all =%s-1, from NVIDIA's repository), e.g. "
-                         "with the labfleet.vllm.container_runtime role (container_runtime_toolkit_version: \"%s\"), "
-                         "then `nvidia-ctk runtime configure --runtime=docker` and `systemctl restart docker`"
-                         % (_TOOLKIT, ", ".join(TOOLKIT_PACKAGES[:-1]), TOOLKIT_PACKAGES[-1], _TOOLKIT, _TOOLKIT))
-            sources.extend(["toolkit_pin", "runtime_configure"])
-        elif _version(toolkit) is not None and _version(toolkit) < tool_version("toolkit_min"):
-            problems.append("NVIDIA Container Toolkit %s is older than %s" % (toolkit, TOOL_VERSIONS["toolkit_min"]["version"]))
-            fixes.append("upgrade nvidia-container-toolkit and its three sibling packages to %s-1 "
-                         "(container_runtime_toolkit_version: \"%s\")" % (_TOOLKIT, _TOOLKIT))
-            sources.extend(["toolkit_min", "toolkit_pin"])
-        if container.get("docker_config_source") and docker \
-                and "nvidia" not in (container.get("docker_runtimes") or {}):
-            problems.append("Docker lists no nvidia runtime (runtimes: %s, from %s)"
-                            % (", ".join(sorted(container.get("docker_runtimes") or {})) or "none",
-                               container["docker_config_source"]))
-            fixes.append("`nvidia-ctk runtime configure --runtime=docker` (adds runtimes.nvidia.path = "
-                         "nvidia-container-runtime to %s) and `systemctl restart docker`, or rerun the "
-                         "container_runtime role" % daemon_json_path)
-            sources.append("runtime_configure")
-        if toolkit and docker and container.get("docker_server_version"):
-            image_env = _mapping(_mapping(image).get("env")) or None
-            path = require_cuda_enforcement(container, gpu_run_args=["--gpus", "all"], image_env=image_env)
-            evidence["gpu_path"] = {"mode": path.get("mode"), "why": path.get("why")}
-            if path.get("blocked"):
-                problems.append("docker run --gpus all cannot start a GPU container here: %s"
-                                % path["blocked"].split(";", 1)[0])
-                fixes.append(path["blocked"])
+        found = _container_stack(container, docker, toolkit, daemon_json_path, image)
+        problems.extend(found["problems"])
+        fixes.extend(found["fixes"])
+        sources.extend(found["sources"])
+        if found["gpu_path"] is not None:
+            evidence["gpu_path"] = found["gpu_path"]
     runtime = _mapping(_mapping(verdict).get("container_runtime"))
     if runtime.get("blocked") and not any(runtime["blocked"] in f for f in fixes):
         problems.append("the plan's runtime check blocks GPU containers (GPU_RUNTIME_BLOCKED)")
@@ -650,33 +698,12 @@ def check_gpu_in_container(nvidia=None, host=None, daemon_json=None, daemon_json
                 evidence["cdi_unused_problems"] = cdi_problems
 
     # What a container actually saw.
-    test_ok = None
-    seen = []
-    if isinstance(gpu_test, dict) and gpu_test.get("rc") is not None:
-        out = gpu_test.get("stdout") or ""
-        seen = parse_gpu_list(out)
-        evidence["container_gpus"] = [g["uuid"] for g in seen]
-        if gpu_test.get("rc") == 0 and seen:
-            seen_uuids = sorted(g["uuid"] for g in seen)
-            if host_uuids and seen_uuids != host_uuids:
-                test_ok = False
-                problems.append("a --gpus all container lists %d GPU(s) (%s), the host %d (%s)"
-                                % (len(seen), ", ".join(seen_uuids), len(host_uuids), ", ".join(host_uuids)))
-                fixes.append("look for NVIDIA_VISIBLE_DEVICES in the image (`docker image inspect`) and the unit's "
-                             "env file, keep the instance's gpus at all, and regenerate the CDI spec "
-                             "(`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`)")
-            else:
-                test_ok = True
-        else:
-            test_ok = False
-            result = classify_gpu_check(gpu_test.get("rc"), out, gpu_test.get("stderr") or "")
-            evidence["container_test"] = {"rc": gpu_test.get("rc"), "category": result["category"],
-                                          "message": result["message"]}
-            problems.append("`docker run --rm --gpus all <image> nvidia-smi -L` failed (exit %s): %s"
-                            % (gpu_test.get("rc"), _clip(result["message"], 200)))
-            if result.get("fix") and not any(result["fix"] in f for f in fixes):
-                fixes.append(result["fix"])
-            sources.append("gpu_check")
+    tested = _container_test(gpu_test, host_uuids, fixes)
+    test_ok, seen = tested["ok"], tested["seen"]
+    problems.extend(tested["problems"])
+    fixes.extend(tested["fixes"])
+    sources.extend(tested["sources"])
+    evidence.update(tested["evidence"])
     check = _mapping(_mapping(image).get("gpu_check"))
     blocking = ("no_gpu_runtime", "no_gpu_visible", "driver_too_old", "driver_library_mismatch")
     if check.get("ran") and check.get("category") in blocking:
@@ -1368,6 +1395,17 @@ def _pairs(nvidia, topo_text, indices):
     return [p for p in pairs if p.get("a") in chosen and p.get("b") in chosen]
 
 
+def _journal_hang(journal):
+    """The first hang the classified journal shows: {fault, text} of a HANG_FAULTS fault, else of a stall, else None."""
+    for fault in HANG_FAULTS:
+        items = _mapping(journal).get("faults", {}).get(fault) if journal else None
+        if items:
+            return {"fault": fault, "text": items[0]["text"]}
+    if journal and journal.get("stall"):
+        return {"fault": "stall", "text": journal["stall"]["text"]}
+    return None
+
+
 def check_tensor_parallel_pcie(instance=None, nvidia=None, journal=None, topo_matrix=None, topo_p2p=None,
                                lspci_acs=None, kernel_cmdline=None, env=None, deployed_args=None):
     """Slow or hanging tensor parallelism: NVLink or PCIe between the instance's GPUs (gpu_facts'
@@ -1414,14 +1452,7 @@ def check_tensor_parallel_pcie(instance=None, nvidia=None, journal=None, topo_ma
     evidence["acs_enabled_on"] = acs_on
     iommu = iommu_mode(kernel_cmdline)
     evidence["iommu"] = iommu
-    hang = None
-    for fault in HANG_FAULTS:
-        items = _mapping(journal).get("faults", {}).get(fault) if journal else None
-        if items:
-            hang = {"fault": fault, "text": items[0]["text"]}
-            break
-    if hang is None and journal and journal.get("stall"):
-        hang = {"fault": "stall", "text": journal["stall"]["text"]}
+    hang = _journal_hang(journal)
     shm = _first_line(journal, ["shm_too_small"])
     link_text = "%s between GPU %s" % ("/".join(links) or "an unknown link", " and ".join(str(i) for i in indices))
     p2p_disabled = nccl.get("NCCL_P2P_DISABLE") == "1" or nccl.get("NCCL_P2P_LEVEL") in ("LOC", "NVL", "0")
