@@ -61,9 +61,9 @@ MAX_JSON_INT_DIGITS = 40
 # (Llama 4 Scout) (confidence: inferred from the public config.json files). A value outside is
 # nonsense, and a gate fed with it would plan on nonsense.
 # Context lengths (every key a config or tokenizer spells it with) up to 2**30; layers and heads up to 2**12.
+_CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions", "model_max_length")
 CONFIG_INT_LIMITS = dict(
-    [(key, (1, 2 ** 30)) for key in ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions",
-                                      "model_max_length")]
+    [(key, (1, 2 ** 30)) for key in _CONTEXT_KEYS]
     + [(key, (1, 2 ** 12)) for key in ("num_hidden_layers", "num_attention_heads", "num_key_value_heads")],
     hidden_size=(1, 2 ** 20), head_dim=(1, 2 ** 14), vocab_size=(1, 2 ** 24), intermediate_size=(1, 2 ** 22))
 SLIDING_WINDOW_MAX = 2 ** 31

@@ -215,17 +215,21 @@ def _is_gpu_name(value):
         len(value) <= 40 and len(value.split()) <= 5 and _gpu_models.compute_capability_from_name(value) is not None))
 
 
+def _is_int_constant(node):
+    return isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool)
+
+
 def _is_cc(node):
     """A compute capability literal: "7.0" or (7, 0)."""
     if isinstance(node, ast.Constant):
         return isinstance(node.value, str) and bool(_CC_KEY.match(node.value))
     return (isinstance(node, ast.Tuple) and len(node.elts) == 2
-            and all(isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts)
+            and all(_is_int_constant(e) for e in node.elts)
             and 1 <= node.elts[0].value <= 20 and 0 <= node.elts[1].value <= 9)
 
 
 def _is_number(node):
-    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
 
 
 def _members(node):
@@ -255,7 +259,7 @@ def _table_problem(node):
     if isinstance(node, ast.Dict) and len(node.keys) >= 2 and all(
             k is not None and _is_cc(k) for k in node.keys) and all(_is_number(v) for v in node.values):
         return "a per-compute-capability table of numbers (SM counts, bandwidths, ...); derive it from knowledge/"
-    rows = [item for item in (node.values if isinstance(node, ast.Dict) else node.elts)]
+    rows = list(node.values if isinstance(node, ast.Dict) else node.elts)
     pairs = [row for row in rows if isinstance(row, ast.Tuple) and len(row.elts) == 2 and _is_cc(row.elts[1])]
     if len(pairs) >= 3 or (isinstance(node, ast.Dict) and sum(1 for v in node.values if _is_cc(v)) >= 3):
         return "a table of names -> compute capability; the GPU model table is knowledge/_gpu_models.py"
@@ -265,7 +269,7 @@ def _table_problem(node):
 def _version_tuple(node):
     """A literal (major, minor, patch) of a tool, CUDA or driver release (vLLM's 0.x are strings)."""
     return (isinstance(node, ast.Tuple) and len(node.elts) == 3
-            and all(isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts)
+            and all(_is_int_constant(e) for e in node.elts)
             and node.elts[0].value >= 1 and node.elts[1].value <= 99)
 
 
