@@ -531,20 +531,12 @@ all:
           ansible_become: false
           fleet_report_dir: $dir/reports
           preflight_nvidia_smi: $SMI
+          # What this check chooses; the rest from the preflight role's preflight_deployment_defaults.
           preflight_deployment:
-            image: vllm/vllm-openai:v0.8.5
-            image_digest: ""
             model_path: $model
             served_model_name: gpu-check
-            serving_path: auto
-            fp16_model_path: ""
-            gptq_model_path: ""
-            gptq_group_size: 0
-            vllm_args: {tensor_parallel_size: 1, dtype: float16, gpu_memory_utilization: 0.9, max_model_len: $MAX_MODEL_LEN, max_num_seqs: 8}
-            enforce_eager: auto
-            extra_args: []
-            instances: [{name: vllm, port: 8000, gpus: all}]
-            driver: {manage: false, branch: "550", version: "", allow_change: false}
+            vllm_args: {tensor_parallel_size: 1, gpu_memory_utilization: 0.9, max_model_len: $MAX_MODEL_LEN, max_num_seqs: 8}
+            driver: {manage: false}
 EOF
     ansible_env timeout -k 10 "$lim" "$ANSIBLE_PLAYBOOK" -i "$dir/hosts.yml" playbooks/doctor.yml >"$dir/playbook.log" 2>&1 || rc=$?
     "$SMI" --query-gpu=name,compute_cap --format=csv,noheader >"$dir/smi.csv" 2>&1

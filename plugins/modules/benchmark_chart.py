@@ -41,16 +41,14 @@ options:
     type: list
     elements: dict
     required: true
+extends_documentation_fragment:
+  - labfleet.vllm.attributes
 attributes:
   check_mode:
-    support: full
     description: Draws the chart and says whether the file would change, without writing it.
   diff_mode:
-    support: none
     description: A PNG has no useful diff.
   platform:
-    support: full
-    platforms: posix
     description: Runs on the controller (C(delegate_to) localhost), where matplotlib is installed.
 author:
   - labfleet maintainers (@labfleet)

@@ -125,16 +125,11 @@ description:
     See docs/deploy_gate.md."
 author:
   - labfleet maintainers (@labfleet)
+extends_documentation_fragment:
+  - labfleet.vllm.attributes
+  - labfleet.vllm.attributes.read_only
 attributes:
-  check_mode:
-    support: full
-    description: The module changes nothing; check mode returns the same verdict.
-  diff_mode:
-    support: none
-    description: Nothing to diff.
   platform:
-    support: full
-    platforms: posix
     description: Pure Python; runs on the controller or any host.
 options:
   gpus:

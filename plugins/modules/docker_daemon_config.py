@@ -105,18 +105,14 @@ options:
     version_added: 0.1.0
 extends_documentation_fragment:
   - ansible.builtin.files
+  - labfleet.vllm.attributes
 attributes:
   check_mode:
     description: Reports what would change and the diff; writes nothing.
-    support: full
   diff_mode:
     description: The diff shows the parsed configuration before and after, both serialised the way
       the module writes them, so it lists only the keys that change, never formatting.
     support: full
-  platform:
-    description: Any POSIX host.
-    support: full
-    platforms: posix
 notes:
   - Keys outside Docker's documented full example, and the values of known keys beyond their JSON
     type, are not checked unless O(validate) is given.

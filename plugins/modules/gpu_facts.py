@@ -62,13 +62,12 @@ options:
     type: float
     default: 60
     version_added: 0.1.0
+extends_documentation_fragment:
+  - labfleet.vllm.attributes
+  - labfleet.vllm.attributes.read_only
 attributes:
-  check_mode:
-    description: Can run in check mode and return the same facts; it changes nothing.
-    support: full
-  diff_mode:
-    description: Returns no diff; there is nothing to change.
-    support: none
+  platform:
+    description: Runs on the GPU host it probes (Linux; sysfs, NVML or nvidia-smi).
   facts:
     description: Returns facts under C(ansible_facts.nvidia).
     support: full

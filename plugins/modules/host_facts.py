@@ -35,6 +35,12 @@ options:
       - Where to read the CPU description.
     type: path
     default: /proc/cpuinfo
+extends_documentation_fragment:
+  - labfleet.vllm.attributes
+  - labfleet.vllm.attributes.read_only
+attributes:
+  platform:
+    description: Runs on the host it describes (Linux; C(/proc/cpuinfo), C(statvfs), Docker's CLI).
 author:
   - labfleet contributors (@labfleet)
 notes:

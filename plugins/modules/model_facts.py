@@ -46,16 +46,11 @@ options:
       - A finite number from 0 to 1000000 (1 PB); NaN, infinities and negative values fail the task.
     type: float
     default: 100
+extends_documentation_fragment:
+  - labfleet.vllm.attributes
+  - labfleet.vllm.attributes.read_only
 attributes:
-  check_mode:
-    support: full
-    description: Read-only; check mode returns the same facts.
-  diff_mode:
-    support: none
-    description: Nothing to diff.
   platform:
-    support: full
-    platforms: posix
     description: Runs on the host that holds the model directory.
 notes:
   - C(param_count) counts the elements the files store (a uint8 holding two 4-bit values counts

@@ -28,48 +28,21 @@ description:
   - A manifest in O(dest) records the size and SHA-256 of every input file; running again on a
     finished O(dest) with the same inputs changes nothing.
   - The free space on O(dest)'s filesystem is checked before anything is written.
-requirements:
-  - numpy (C(python3-numpy) or C(pip install numpy)) on the host that runs the conversion.
 author:
   - labfleet maintainers (@labfleet)
+extends_documentation_fragment:
+  - labfleet.vllm.nvfp4_checkpoint
+  - labfleet.vllm.attributes
 options:
-  src:
-    description:
-      - The NVFP4 checkpoint directory (holding C(config.json) and the C(*.safetensors) files).
-    type: path
-    required: true
   dest:
     description:
       - The FP16 output directory. It must not exist, be empty, or hold an earlier output of this
         module (which is replaced when the inputs changed). Its parent directory must exist.
     type: path
     required: true
-  layout:
-    description:
-      - The checkpoint layout. V(auto) reads C(hf_quant_config.json), C(config.json)'s
-        C(quantization_config) or C(quant_config.json) (the last matched by tensor names).
-      - V(modelopt) is C(<layer>.weight) (uint8) + C(weight_scale) + C(weight_scale_2).
-      - V(compressed_tensors) is C(<layer>.weight_packed) + C(weight_scale) + C(weight_global_scale).
-    type: str
-    choices: [auto, modelopt, compressed_tensors]
-    default: auto
-  max_shard_size:
-    description:
-      - Largest output shard, as bytes or with a unit (V(5GB) = 5*10^9 bytes; V(MiB), V(GiB) are
-        binary). A tensor larger than this gets a shard of its own.
-    type: str
-    default: 5GB
 attributes:
   check_mode:
-    support: full
     description: Reports the layout, the tensors, the output size and whether a conversion would run; writes nothing.
-  diff_mode:
-    support: none
-    description: Nothing to diff.
-  platform:
-    support: full
-    platforms: posix
-    description: Runs on the host that holds the checkpoint.
 notes:
   - The same conversion is available outside Ansible as C(python scripts/nvfp4_dequantize.py SRC DEST).
   - Only NVFP4 layers are converted; a checkpoint with other float8 layers is refused.

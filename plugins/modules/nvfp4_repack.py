@@ -33,16 +33,12 @@ description:
     when complete; a manifest (C(nvfp4_repack_manifest.json)) records the size and SHA-256 of every
     input, the settings and the measured error, so running again with the same inputs and settings
     changes nothing. The free space on O(dest)'s filesystem is checked before anything is written.
-requirements:
-  - numpy (C(python3-numpy) or C(pip install numpy)) on the host that runs the conversion.
 author:
   - labfleet maintainers (@labfleet)
+extends_documentation_fragment:
+  - labfleet.vllm.nvfp4_checkpoint
+  - labfleet.vllm.attributes
 options:
-  src:
-    description:
-      - The NVFP4 checkpoint directory (holding C(config.json) and the C(*.safetensors) files).
-    type: path
-    required: true
   dest:
     description:
       - The GPTQ output directory. It must not exist, be empty, or hold an earlier output of this
@@ -62,32 +58,9 @@ options:
     type: int
     choices: [32, 64, 128]
     default: 32
-  layout:
-    description:
-      - The checkpoint layout. V(auto) reads C(hf_quant_config.json), C(config.json)'s
-        C(quantization_config) or C(quant_config.json) (the last matched by tensor names).
-      - V(modelopt) is C(<layer>.weight) (uint8) + C(weight_scale) + C(weight_scale_2).
-      - V(compressed_tensors) is C(<layer>.weight_packed) + C(weight_scale) + C(weight_global_scale).
-    type: str
-    choices: [auto, modelopt, compressed_tensors]
-    default: auto
-  max_shard_size:
-    description:
-      - Largest output shard, as bytes or with a unit (V(5GB) = 5*10^9 bytes; V(MiB), V(GiB) are
-        binary). A layer larger than this gets a shard of its own.
-    type: str
-    default: 5GB
 attributes:
   check_mode:
-    support: full
     description: Reports the layout, the layers, the output size, the bits per weight and whether a conversion would run; writes nothing.
-  diff_mode:
-    support: none
-    description: Nothing to diff.
-  platform:
-    support: full
-    platforms: posix
-    description: Runs on the host that holds the checkpoint.
 notes:
   - The same conversion is available outside Ansible as C(python scripts/nvfp4_repack.py SRC DEST --group-size 32).
   - A checkpoint with a linear layer that is not NVFP4 is refused (vLLM's gptq loader would look

@@ -28,13 +28,12 @@ options:
         V(check_key); the other keys are that command's inputs (see the role's tasks).
     type: dict
     required: true
+extends_documentation_fragment:
+  - labfleet.vllm.attributes
+  - labfleet.vllm.attributes.read_only
 attributes:
-  check_mode:
-    description: Runs in check mode and gives the same answer; it changes nothing.
-    support: full
-  diff_mode:
-    description: Returns no diff; there is nothing to change.
-    support: none
+  platform:
+    description: Pure Python; runs on the host whose driver it plans.
 author:
   - labfleet contributors (@labfleet)
 """

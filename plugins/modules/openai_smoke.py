@@ -29,24 +29,11 @@ description:
     and newer releases' nested form alike.
   - The API key (O(api_key)) is sent as a bearer token when set and is never returned.
   - Changes nothing on the host or the server; check mode runs the same read-only requests.
+extends_documentation_fragment:
+  - labfleet.vllm.openai_client
+  - labfleet.vllm.attributes
+  - labfleet.vllm.attributes.read_only
 options:
-  url:
-    description:
-      - Base URL of the server, for example C(http://127.0.0.1:8000). C(/health), C(/v1/models), the
-        completion and C(/metrics) are all asked at this URL.
-    type: str
-    required: true
-  model:
-    description:
-      - The served model name that C(/v1/models) must list and the completion asks for.
-    type: str
-    required: true
-  api_key:
-    description:
-      - API key of the server (vLLM's C(--api-key) or C(VLLM_API_KEY)); empty for none. No control
-        characters (it goes into an HTTP header).
-    type: str
-    default: ""
   health_timeout:
     description:
       - Seconds to wait for C(/health) to answer 200. A 70B model on two V100s can take many minutes.
@@ -204,9 +191,10 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai impo
     auth_headers,
     chat_body,
     chat_completion,
+    check_client_options,
+    checked_params,
+    client_argument_spec,
     check_name,
-    check_number,
-    check_url,
     error_message,
     http_request,
     join_url,
@@ -228,7 +216,7 @@ HEALTH_CHECK_TIMEOUT = 10
 # Seconds the whole run may take beyond health_timeout + 3 x request_timeout: the last health
 # check (10 s) and the container probe of the last attempt (3 commands of at most 10 s + 2 s).
 RUN_SLACK = 60
-# Number options: (name, lowest, highest, integer). Ansible's own int/float conversion is not used
+# Number options: (name, lowest, highest, integer), all required. Ansible's own int/float conversion is not used
 # (type raw): it raises OverflowError on inf or 10**400 instead of failing (ansible-core 2.19,
 # module_utils/common/validation.py check_type_int/check_type_float; verified here).
 NUMBER_OPTIONS = (
@@ -304,19 +292,9 @@ def container_probe(module, unit, container, docker_bin):
 
 def check_params(p):
     """Convert the number options in place; the first problem as a message, or None."""
-    for name, low, high, integer in NUMBER_OPTIONS:
-        value, error = check_number(name, p[name], low, high, integer=integer)
-        if error:
-            return error
-        p[name] = value
-    error = check_url(p["url"])
+    error = check_client_options(p, NUMBER_OPTIONS)
     if error:
         return error
-    if not p["model"] or any(ord(c) < 32 or ord(c) == 127 for c in p["model"]):
-        return "model must be the served model name (not empty, no control characters), got %r" % short(p["model"], 80)
-    if any(ord(c) < 32 or ord(c) == 127 for c in p["api_key"] or ""):
-        # Never echo the key.
-        return "api_key contains a control character (a newline or carriage return?); give the key alone"
     error = check_name("container", p["container"], CONTAINER_NAME,
                        "a Docker container name or ID (letters, digits, _ . -; not starting with -)")
     if error:
@@ -326,10 +304,7 @@ def check_params(p):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            url=dict(type="str", required=True),
-            model=dict(type="str", required=True),
-            api_key=dict(type="str", default="", no_log=True),
+        argument_spec=client_argument_spec(
             health_timeout=dict(type="raw", default=1800),
             interval=dict(type="raw", default=5),
             progress_interval=dict(type="raw", default=30),
@@ -345,10 +320,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    p = module.params
-    problem = check_params(p)
-    if problem:
-        module.fail_json(msg=problem)
+    p = checked_params(module, check_params)
 
     base = p["url"].rstrip("/")
     clock, sleep = CLOCK, SLEEP

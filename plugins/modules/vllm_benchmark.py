@@ -42,27 +42,16 @@ description:
     weights once, so decoding cannot exceed memory bandwidth per GPU / weight bytes per GPU tokens/s; the
     measured single-request speed (p50 of output tokens/s at concurrency 1) is reported as a share of it.
     The bandwidth comes from O(gpu_name) / O(pci_device_id) (vendor datasheet figures, with their sources, in
-    C(plugins/module_utils/reporting/_bench.py)) or O(memory_bandwidth_gb_s)."
+    C(plugins/module_utils/knowledge/_gpu_models.py)) or O(memory_bandwidth_gb_s)."
   - Every request is bounded as a whole by O(request_timeout) (connecting, headers, the whole stream) and the
     whole run by O(total_timeout); a request that fails, or a run that would start after the deadline, fails
     the task with the figures measured so far.
   - Read-only; changes nothing on the host or the server. Check mode runs the same requests.
+extends_documentation_fragment:
+  - labfleet.vllm.openai_client
+  - labfleet.vllm.attributes
+  - labfleet.vllm.attributes.read_only
 options:
-  url:
-    description:
-      - Base URL of the server, for example C(http://127.0.0.1:8000).
-    type: str
-    required: true
-  model:
-    description:
-      - The served model name the requests ask for.
-    type: str
-    required: true
-  api_key:
-    description:
-      - API key of the server (vLLM's C(--api-key)); empty for none. Sent as a bearer token, never returned.
-    type: str
-    default: ""
   concurrency:
     description:
       - The concurrency levels, each an integer from 1 to 256; 1 to 16 different levels, run in the order
@@ -161,18 +150,6 @@ options:
         (M(labfleet.vllm.model_facts)) / C(tensor_parallel_size). With pipeline parallelism the stages work one
         after another for one request, so do not divide by the pipeline size. Without it there is no roofline.
     type: raw
-attributes:
-  check_mode:
-    support: full
-    description: The module only sends requests; check mode runs the same benchmark.
-  diff_mode:
-    support: none
-    description: Nothing to diff.
-  platform:
-    support: full
-    platforms: posix
-    description: Runs on the host it is given (usually the GPU host, against its loopback address), Python standard
-      library only.
 author:
   - labfleet contributors (@labfleet)
 notes:
@@ -283,13 +260,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._gpu_models import memory_bandwidth
 from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._bench import (
     MAX_CONCURRENCY,
     MAX_LEVELS,
     check_document,
     compare,
     level_figures,
-    memory_bandwidth,
     normalize_flags,
     request_figures,
     result_document,
@@ -308,8 +285,10 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai impo
     Unreachable,
     auth_headers,
     chat_body,
+    check_client_options,
+    checked_params,
+    client_argument_spec,
     check_number,
-    check_url,
     error_message,
     iter_sse_data,
     join_url,
@@ -349,13 +328,9 @@ def _has_control(text):
 
 def check_params(p):
     """Convert the options in place; the first problem as a message naming the option, or None."""
-    for name, low, high, integer, required in NUMBER_OPTIONS:
-        if p[name] is None and not required:
-            continue
-        value, error = check_number(name, p[name], low, high, integer=integer)
-        if error:
-            return error
-        p[name] = value
+    error = check_client_options(p, NUMBER_OPTIONS)
+    if error:
+        return error
     levels = p["concurrency"]
     if not isinstance(levels, list) or not levels or len(levels) > MAX_LEVELS:
         return ("concurrency must be a list of 1 to %d levels such as [1, 8, 32], got %s"
@@ -369,13 +344,6 @@ def check_params(p):
             return "concurrency lists %d twice; give each level once" % value
         converted.append(value)
     p["concurrency"] = converted
-    error = check_url(p["url"])
-    if error:
-        return error
-    if not p["model"] or _has_control(p["model"]) or len(p["model"]) > 1024:
-        return "model must be the served model name (not empty, no control characters), got %r" % short(p["model"], 80)
-    if _has_control(p["api_key"] or ""):
-        return "api_key contains a control character (a newline or carriage return?); give the key alone"
     if not p["prompt"] or len(p["prompt"]) > MAX_PROMPT:
         return "prompt must be a text of 1 to %d characters, got %d" % (MAX_PROMPT, len(p["prompt"] or ""))
     if _has_control(p["image_digest"] or "") or len(p["image_digest"] or "") > 4096:
@@ -526,10 +494,7 @@ def roofline_for(p, levels):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            url=dict(type="str", required=True),
-            model=dict(type="str", required=True),
-            api_key=dict(type="str", default="", no_log=True),
+        argument_spec=client_argument_spec(
             concurrency=dict(type="list", elements="raw", default=[1, 8, 32]),
             runs=dict(type="raw", default=3),
             prompt=dict(type="str", default="Write a detailed story about a lighthouse keeper who finds a message "
@@ -553,10 +518,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    p = module.params
-    problem = check_params(p)
-    if problem:
-        module.fail_json(msg=problem)
+    p = checked_params(module, check_params)
 
     base = p["url"].rstrip("/")
     url = join_url(base, "/v1/chat/completions")

@@ -105,16 +105,11 @@ options:
 requirements:
   - journalctl, and for the topology checks C(nvidia-smi) and C(lspci) (C(pciutils)) on the host; what is missing
     makes the checks that need it answer C(unknown) with what to collect.
+extends_documentation_fragment:
+  - labfleet.vllm.attributes
+  - labfleet.vllm.attributes.read_only
 attributes:
-  check_mode:
-    support: full
-    description: The module only reads; check mode runs the same diagnosis.
-  diff_mode:
-    support: none
-    description: Nothing to diff.
   platform:
-    support: full
-    platforms: posix
     description: Runs on the GPU host it diagnoses, Python standard library only.
 author:
   - labfleet maintainers (@labfleet)

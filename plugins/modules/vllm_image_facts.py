@@ -84,20 +84,16 @@ options:
         Docker's own configuration). Needs the buildx plugin and network access to the registry.
     type: bool
     default: false
+extends_documentation_fragment:
+  - labfleet.vllm.attributes
+  - labfleet.vllm.attributes.read_only
 attributes:
   check_mode:
-    support: full
-    description: Nothing is changed on the host, so everything runs in check mode too.
     details:
       - C(docker image inspect) and the registry read are read-only; the probe and GPU check
         containers run with C(--rm) and C(--network none), write nothing outside themselves and are
         removed when they exit, so they run in check mode as well.
-  diff_mode:
-    support: none
-    description: Nothing to diff.
   platform:
-    support: full
-    platforms: posix
     description: Runs on the Docker host.
 notes:
   - RV(image.arch_list) is vLLM's kernel arch list (from C(TORCH_CUDA_ARCH_LIST) in the image or the

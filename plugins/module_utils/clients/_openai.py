@@ -169,6 +169,52 @@ def check_url(url):
     return None
 
 
+def _has_control(text):
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
+def check_client_options(params, number_options):
+    """Check and convert, in place, the options every client module of an OpenAI-compatible server
+    takes: the number options (``(name, low, high, integer[, required])``; a None that is not required
+    stays None), C(url), C(model) and C(api_key). Returns the first problem as a message that names
+    the option (never the key's value), or None."""
+    for option in number_options:
+        name, low, high, integer = option[:4]
+        if params[name] is None and not (option[4] if len(option) > 4 else True):
+            continue
+        value, error = check_number(name, params[name], low, high, integer=integer)
+        if error:
+            return error
+        params[name] = value
+    error = check_url(params["url"])
+    if error:
+        return error
+    model = params["model"]
+    if not model or _has_control(model) or len(model) > 1024:
+        return "model must be the served model name (not empty, no control characters), got %r" % short(model, 80)
+    if _has_control(params["api_key"] or ""):
+        return "api_key contains a control character (a newline or carriage return?); give the key alone"
+    return None
+
+
+def client_argument_spec(**options):
+    """The argument spec of a client module: C(url), C(model) and C(api_key) (the labfleet.vllm.openai_client
+    doc fragment documents them) and the module's own ``options``."""
+    spec = dict(url=dict(type="str", required=True), model=dict(type="str", required=True),
+                api_key=dict(type="str", default="", no_log=True))
+    spec.update(options)
+    return spec
+
+
+def checked_params(module, check):
+    """The module's parameters once ``check(params)`` (which converts them in place) found no problem;
+    fails the module with the problem's message otherwise."""
+    problem = check(module.params)
+    if problem:
+        module.fail_json(msg=problem)
+    return module.params
+
+
 def check_name(name, value, pattern, expected):
     """None when ``value`` is empty or fully matches ``pattern``, else a message."""
     if value is None or value == "":

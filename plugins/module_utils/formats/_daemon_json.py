@@ -327,11 +327,29 @@ def _log_opts(value, field):
                               "for example max-file: \"3\")")
 
 
-def _bool_map(value, field):
+def _map_of(value, field, expected, check):
+    """A dictionary option (else ``expected`` is the message) whose every value passes ``check(item, label)``."""
     if not isinstance(value, dict):
-        raise _wrong(field, "a dictionary of true/false values", value)
+        raise _wrong(field, expected, value)
     for key, item in value.items():
-        _bool(item, _label(field, key))
+        check(item, _label(field, key))
+
+
+def _object_with(fields, expected):
+    """The check of one object of a map or list option: a dictionary (else ``expected`` is the message)
+    whose keys of ``fields`` ((key, check) pairs) pass their check; other keys are kept as they are."""
+    def check(item, entry):
+        """Raise DaemonJsonError naming ``entry`` (or its key) when ``item`` is not such an object."""
+        if not isinstance(item, dict):
+            raise _wrong(entry, expected, item)
+        for key, field_check in fields:
+            if key in item:
+                field_check(item[key], _label(entry, key))
+    return check
+
+
+def _bool_map(value, field):
+    _map_of(value, field, "a dictionary of true/false values", _bool)
 
 
 def _object(value, field):
@@ -347,36 +365,24 @@ def _size(value, field):
 
 _RUNTIME_FIELDS = (("path", _nonempty_string), ("runtimeArgs", _string_list),
                    ("runtimeType", _nonempty_string), ("options", _object))
+_RUNTIME = _object_with(_RUNTIME_FIELDS, "a dictionary such as {path: nvidia-container-runtime} (a runtime's "
+                                         "configuration)")
+_ULIMIT = _object_with((("Name", _string), ("Soft", _integer), ("Hard", _integer)),
+                       "a dictionary such as {Name: nofile, Soft: 64000, Hard: 64000}")
+_ADDRESS_POOL = _object_with((("base", _string), ("size", _integer)), "a dictionary such as {base: 172.30.0.0/16, size: 24}")
 
 
 def _runtimes(value, field):
     # docker/cli docs/reference/dockerd.md:431-482 (commit 28f75608; verified): "runtimes" maps a
     # runtime name to an object with "path" (and optional "runtimeArgs"), or "runtimeType" (and
     # optional "options"). Other keys (nvidia-ctk writes "args") are kept as they are.
-    if not isinstance(value, dict):
-        raise _wrong(field, "a dictionary of runtime name -> {path: ..., runtimeArgs: [...]}, for example "
-                            "{nvidia: {path: nvidia-container-runtime}}", value)
-    for name, runtime in value.items():
-        entry = _label(field, name)
-        if not isinstance(runtime, dict):
-            raise _wrong(entry, "a dictionary such as {path: nvidia-container-runtime} (a runtime's "
-                                "configuration)", runtime)
-        for key, check in _RUNTIME_FIELDS:
-            if key in runtime:
-                check(runtime[key], _label(entry, key))
+    _map_of(value, field, "a dictionary of runtime name -> {path: ..., runtimeArgs: [...]}, for example "
+                          "{nvidia: {path: nvidia-container-runtime}}", _RUNTIME)
 
 
 def _ulimits(value, field):
     # {"nofile": {"Hard": 64000, "Name": "nofile", "Soft": 64000}} (dockerd.md:1107-1113; verified).
-    if not isinstance(value, dict):
-        raise _wrong(field, "a dictionary of ulimit name -> {Name, Soft, Hard}", value)
-    for name, limit in value.items():
-        entry = _label(field, name)
-        if not isinstance(limit, dict):
-            raise _wrong(entry, "a dictionary such as {Name: nofile, Soft: 64000, Hard: 64000}", limit)
-        for key, check in (("Name", _string), ("Soft", _integer), ("Hard", _integer)):
-            if key in limit:
-                check(limit[key], _label(entry, key))
+    _map_of(value, field, "a dictionary of ulimit name -> {Name, Soft, Hard}", _ULIMIT)
 
 
 def _address_pools(value, field):
@@ -384,20 +390,12 @@ def _address_pools(value, field):
     if not isinstance(value, list):
         raise _wrong(field, "a list of {base: CIDR, size: prefix length}", value)
     for index, pool in enumerate(value):
-        entry = "%s[%d]" % (field, index)
-        if not isinstance(pool, dict):
-            raise _wrong(entry, "a dictionary such as {base: 172.30.0.0/16, size: 24}", pool)
-        for key, check in (("base", _string), ("size", _integer)):
-            if key in pool:
-                check(pool[key], _label(entry, key))
+        _ADDRESS_POOL(pool, "%s[%d]" % (field, index))
 
 
 def _network_opts(value, field):
     # {"bridge": {"com.docker.network.driver.mtu": "1234"}} (dockerd.md:1403-1410; verified).
-    if not isinstance(value, dict):
-        raise _wrong(field, "a dictionary of driver name -> {option: value}", value)
-    for driver, options in value.items():
-        _string_map(options, _label(field, driver))
+    _map_of(value, field, "a dictionary of driver name -> {option: value}", _string_map)
 
 
 # The JSON type of each key of the full Linux example in docker/cli docs/reference/dockerd.md:1058-1199

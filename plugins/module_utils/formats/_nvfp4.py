@@ -55,6 +55,8 @@ import queue
 import tempfile
 import threading
 
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import quant_key, quant_text
+
 try:
     import numpy as np
     HAS_NUMPY = True
@@ -101,11 +103,43 @@ _COPY_PATTERNS = (r"tokenizer.*", r"generation_config\.json", r"special_tokens_m
                   r"processor_config\.json", r"README(\..*)?", r"LICENSE.*", r"NOTICE.*")
 # Quantization descriptions that must not follow the FP16 weights (vLLM would read them).
 _QUANT_FILES = ("hf_quant_config.json", "quant_config.json", "quantize_config.json")
-# Reference deployment's quant_config.json quant_method values of the NVFP4 family.
-_NVFP4_METHODS = ("nvfp4", "modelopt_fp4", "modelopt", "fp4", "nvfp4-pack-quantized")
+# How the quantization descriptions say NVFP4 (is_nvfp4_algo, is_nvfp4_group, is_nvfp4_method; model_facts reads
+# the same descriptions with them): ModelOpt's quant_algo, compressed-tensors' weight format.
+NVFP4_ALGO = "NVFP4"
+CT_NVFP4_FORMAT = "nvfp4-pack-quantized"
 
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "TB": 10 ** 12,
                "KIB": 2 ** 10, "MIB": 2 ** 20, "GIB": 2 ** 30, "TIB": 2 ** 40}
+
+
+def is_nvfp4_algo(algo):
+    """True when a ModelOpt ``quant_algo`` (hf_quant_config.json, config.json) names NVFP4, in any case."""
+    return isinstance(algo, str) and algo.upper() == NVFP4_ALGO
+
+
+def is_nvfp4_group(fmt, weight_bits=None, weight_type=None, group_size=None):
+    """True for a compressed-tensors config group of NVFP4 weights: its ``format`` says so, or its weights
+    are 4-bit floats in groups of BLOCK (16)."""
+    return fmt == CT_NVFP4_FORMAT or (weight_bits == 4 and weight_type == "float" and group_size == BLOCK)
+
+
+def is_nvfp4_method(name):
+    """True for a quant_method name that means ModelOpt NVFP4 in any spelling the policy knows ("nvfp4",
+    "fp4", "modelopt_fp4", "nvfp4-pack-quantized"; _policy.quant_key, the one normaliser)."""
+    return isinstance(name, str) and quant_key(name) == "modelopt_fp4"
+
+
+def _compressed_tensors_nvfp4(qc):
+    """True when a compressed-tensors quantization_config declares NVFP4 weights (top-level format or a group)."""
+    top = qc.get("format")
+    groups = qc.get("config_groups") or {}
+    for group in groups.values() if isinstance(groups, dict) else []:
+        if isinstance(group, dict):
+            weights = group.get("weights") if isinstance(group.get("weights"), dict) else {}
+            if is_nvfp4_group(group.get("format") or top, weights.get("num_bits"), weights.get("type"),
+                              weights.get("group_size")):
+                return True
+    return top == CT_NVFP4_FORMAT
 
 
 class Nvfp4Error(Exception):
@@ -473,29 +507,25 @@ def detect_layout(model_dir, headers=None):
     if os.path.exists(hf_quant):
         quant = _read_json(hf_quant).get("quantization") or {}
         described.append("hf_quant_config.json quant_algo=%r" % quant.get("quant_algo"))
-        if str(quant.get("quant_algo", "")).upper() == "NVFP4":
+        if is_nvfp4_algo(quant.get("quant_algo")):
             found = "modelopt"
     config_path = os.path.join(model_dir, "config.json")
     if found is None and os.path.exists(config_path):
         qc = _read_json(config_path).get("quantization_config")
         if isinstance(qc, dict):
-            method = str(qc.get("quant_method", "")).lower().replace("_", "-")
-            formats = [str(qc.get("format", ""))]
-            for group in (qc.get("config_groups") or {}).values():
-                if isinstance(group, dict):
-                    formats.append(str(group.get("format", "")))
+            method = quant_text(str(qc.get("quant_method", "")))
             described.append("config.json quantization_config quant_method=%r format=%r"
                              % (qc.get("quant_method"), qc.get("format")))
-            if method == "modelopt" and str(qc.get("quant_algo", "")).upper() == "NVFP4":
+            if method == "modelopt" and is_nvfp4_algo(qc.get("quant_algo")):
                 found = "modelopt"
-            elif method == "compressed-tensors" and "nvfp4-pack-quantized" in formats:
+            elif method == "compressed_tensors" and _compressed_tensors_nvfp4(qc):
                 found = "compressed_tensors"
     qc_path = os.path.join(model_dir, "quant_config.json")
     if found is None and os.path.exists(qc_path):
         qc = _read_json(qc_path)
         described.append("quant_config.json quant_method=%r block_size=%r scale_bits=%r"
                          % (qc.get("quant_method"), qc.get("block_size"), qc.get("scale_bits")))
-        if (str(qc.get("quant_method", "")).lower() in _NVFP4_METHODS and qc.get("block_size", BLOCK) == BLOCK
+        if (is_nvfp4_method(qc.get("quant_method")) and qc.get("block_size", BLOCK) == BLOCK
                 and qc.get("scale_bits", 8) == 8):
             found = _layout_from_names(names)
             if found is None:

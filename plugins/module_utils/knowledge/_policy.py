@@ -95,6 +95,67 @@ SOURCES = {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Tool versions: the releases of Docker and the NVIDIA Container Toolkit from which something a GPU
+# container needs works. ``version`` is written as messages state it; tool_version() gives the
+# (major, minor, patch) tuple to compare with. The container_runtime role keeps the user-facing pin
+# (container_runtime_toolkit_version, default "toolkit_tested") and its own two Docker checks; a unit
+# test holds them to this table.
+# ---------------------------------------------------------------------------------------------
+_CTK_SRC = ("NVIDIA/nvidia-container-toolkit at the tags v1.14.6 ... v1.20.0 (plugins/module_utils/probes/_host.py "
+            "cites the files and lines)")
+TOOL_VERSIONS = {
+    "toolkit_min": {"tool": "nvidia-container-toolkit", "version": "1.14",
+                    "what": "the oldest toolkit the doctor accepts: older ones leave the GPUs out of containers",
+                    "source": "shared/reference/reference-deployment.md, failure 1: toolkit missing or older than 1.14 "
+                              "(nvidia-container-cli -V)", "confidence": "third_party"},
+    "toolkit_tested": {"tool": "nvidia-container-toolkit", "version": "1.18.2",
+                       "what": "the release the container_runtime role installs and holds; TOOLKIT_PACKAGES are pinned "
+                               "together at <version>-1",
+                       "source": "shared/reference/facts.md section 5 (the four packages pinned together)",
+                       "confidence": "verified"},
+    "toolkit_cdi_void": {"tool": "nvidia-container-toolkit", "version": "1.15.0",
+                         "what": "a generated CDI spec sets NVIDIA_VISIBLE_DEVICES=void, so a legacy hook does nothing",
+                         "source": "NVIDIA/nvidia-container-toolkit pkg/nvcdi/lib.go:176 at v1.15.0",
+                         "confidence": "verified"},
+    "toolkit_hook_removed": {"tool": "nvidia-container-toolkit", "version": "1.17.5",
+                             "what": "the nvidia runtime in cdi or jit-cdi mode removes the hook that docker --gpus adds",
+                             "source": _CTK_SRC, "confidence": "verified"},
+    "toolkit_jit_cdi": {"tool": "nvidia-container-toolkit", "version": "1.18",
+                        "what": "mode \"jit-cdi\" exists, and mode \"auto\" resolves to it (legacy before)",
+                        "source": "NVIDIA/nvidia-container-toolkit internal/info/auto.go:49-55 at v1.17.8, :87-99 and "
+                                  "129-135 at v1.18.2, CHANGELOG v1.18.0-rc.1", "confidence": "verified"},
+    "toolkit_cdi_refresh": {"tool": "nvidia-container-toolkit", "version": "1.18",
+                            "what": "nvidia-cdi-refresh.service regenerates /var/run/cdi/nvidia.yaml",
+                            "source": "NVIDIA/cloud-native-docs container-toolkit/cdi-support.md (facts.md section 5)",
+                            "confidence": "verified"},
+    "docker_gpus": {"tool": "docker", "version": "19.03", "what": "docker run --gpus",
+                    "source": "NVIDIA/cloud-native-docs container-toolkit/docker-specialized.md: --gpus from Docker "
+                              "19.03, else NVIDIA_VISIBLE_DEVICES (shared/reference/facts.md section 5)",
+                    "confidence": "verified"},
+    "docker_cdi": {"tool": "docker", "version": "25", "what": "CDI devices, with features.cdi: true in daemon.json",
+                   "source": "moby cmd/dockerd/daemon.go:271 at v28.1.1, :607-617 at v25.0.0", "confidence": "verified"},
+    "docker_cdi_default": {"tool": "docker", "version": "28.2", "what": "CDI on unless features.cdi: false",
+                           "source": "moby cmd/dockerd/daemon.go:1064-1072 at v28.2.0 (cdiEnabled())",
+                           "confidence": "verified"},
+    "docker_gpus_cdi": {"tool": "docker", "version": "29.2",
+                        "what": "--gpus maps to CDI devices (CDI on, nvidia-cdi-hook on dockerd's PATH, a spec of kind "
+                                "nvidia.com/gpu)",
+                        "source": "moby daemon/devices_nvidia_linux.go:60-101 and 210-250 at docker-v29.2.0, moby/moby#50228",
+                        "confidence": "verified"},
+}
+
+# The NVIDIA Container Toolkit's packages, installed and held at one version (NVIDIA's install guide).
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+                    "libnvidia-container1")
+
+
+def tool_version(key):
+    """TOOL_VERSIONS[key]'s version as (major, minor, patch) ints: "19.03" -> (19, 3, 0)."""
+    parts = [int(part) for part in TOOL_VERSIONS[key]["version"].split(".")]
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+# ---------------------------------------------------------------------------------------------
 # Minor version compatibility (MVC): an app built with any toolkit of a major family runs, with a
 # limited feature set (no JIT of PTX newer than the driver), on a driver >= driver_min.
 # ---------------------------------------------------------------------------------------------
@@ -426,6 +487,20 @@ _QUANT_0_20_0 = [
 #   field_source / field_confidence  provenance per field where it differs from source/confidence
 # Derived when this module loads (see _complete_releases): require_cuda (require_cuda_string of
 # cuda_base), min_cc (vllm_min_cc of the version), torch_arch (TORCH_WHEELS[torch_wheel]).
+
+
+def _field_source(version, **special):
+    """field_source of a release read in its own sdist (S-SDIST-<version>): every field from there, but
+    torch_arch (S-FACTS-2.3) and min_cc (S-DOCS), and what ``special`` names otherwise."""
+    sdist = "S-SDIST-" + version
+    fields = ("version", "cuda_base", "require_cuda", "vllm_arch", "torch", "torch_cuda", "torch_arch", "python",
+              "entrypoint", "quantization_methods", "min_cc")
+    found = dict((field, sdist) for field in fields)
+    found.update(torch_arch="S-FACTS-2.3", min_cc="S-DOCS")
+    found.update(special)
+    return found
+
+
 VLLM_RELEASES = {
     "0.6.3": {"cuda_base": "12.4.1", "torch": "2.4.0", "vllm_arch": "7.0 7.5 8.0 8.6 8.9 9.0+PTX",
               "entrypoint": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
@@ -446,13 +521,9 @@ VLLM_RELEASES = {
             "The last release whose image is CUDA 12.4.",
         ],
         "images": {"vllm/vllm-openai:v0.8.5": {"tags": ["v0.8.5"], "env_has_arch_list": False}},
-        "field_source": {
-            "version": "S-SDIST-0.8.5", "cuda_base": "S-SDIST-0.8.5; S-INSPECT-0.8.5",
-            "require_cuda": "S-INSPECT-0.8.5; S-CUDA-12.4", "vllm_arch": "S-SDIST-0.8.5",
-            "torch": "S-SDIST-0.8.5", "torch_cuda": "S-SDIST-0.8.5 (torch==2.6.0 from PyPI)",
-            "torch_arch": "S-FACTS-2.3", "python": "S-SDIST-0.8.5", "entrypoint": "S-SDIST-0.8.5",
-            "quantization_methods": "S-SDIST-0.8.5", "min_cc": "S-DOCS",
-        },
+        "field_source": _field_source("0.8.5", cuda_base="S-SDIST-0.8.5; S-INSPECT-0.8.5",
+                                      require_cuda="S-INSPECT-0.8.5; S-CUDA-12.4",
+                                      torch_cuda="S-SDIST-0.8.5 (torch==2.6.0 from PyPI)"),
         "field_confidence": {"torch_cuda": "inferred", "torch_arch": "inferred"},
         "source": "S-VLLM-SDIST; S-SDIST-0.8.5; S-INSPECT-0.8.5", "confidence": "verified",
     },
@@ -486,13 +557,8 @@ VLLM_RELEASES = {
             "The aarch64 half of the tag is built for 8.7 8.9 9.0 10.0+PTX 12.0; this profile is the x86_64 one.",
         ],
         "images": {"vllm/vllm-openai:v0.19.1": {"tags": ["v0.19.1", "v0.19.1-x86_64"], "env_has_arch_list": True}},
-        "field_source": {
-            "version": "S-SDIST-0.19.1", "cuda_base": "S-SDIST-0.19.1",
-            "require_cuda": "S-ENV-0.16.0 (same nvidia/cuda 12.9.1 base)", "vllm_arch": "S-SDIST-0.19.1",
-            "torch": "S-SDIST-0.19.1", "torch_cuda": "S-SDIST-0.19.1 (cu129 index)",
-            "torch_arch": "S-FACTS-2.3", "python": "S-SDIST-0.19.1", "entrypoint": "S-SDIST-0.19.1",
-            "quantization_methods": "S-SDIST-0.19.1", "min_cc": "S-DOCS",
-        },
+        "field_source": _field_source("0.19.1", require_cuda="S-ENV-0.16.0 (same nvidia/cuda 12.9.1 base)",
+                                      torch_cuda="S-SDIST-0.19.1 (cu129 index)"),
         "field_confidence": {"require_cuda": "inferred", "torch_arch": "inferred", "python": "inferred"},
         "source": "S-VLLM-SDIST; S-SDIST-0.19.1", "confidence": "verified",
     },
@@ -519,13 +585,8 @@ VLLM_RELEASES = {
                 "field_confidence": {"torch_arch": "unknown"},
             },
         },
-        "field_source": {
-            "version": "S-SDIST-0.20.0", "cuda_base": "S-SDIST-0.20.0",
-            "require_cuda": "S-ENV-0.23.0 (same nvidia/cuda 13.0.2 base)", "vllm_arch": "S-SDIST-0.20.0",
-            "torch": "S-SDIST-0.20.0", "torch_cuda": "S-SDIST-0.20.0 (cu130 index)",
-            "torch_arch": "S-FACTS-2.3", "python": "S-SDIST-0.20.0", "entrypoint": "S-SDIST-0.20.0",
-            "quantization_methods": "S-SDIST-0.20.0", "min_cc": "S-DOCS",
-        },
+        "field_source": _field_source("0.20.0", require_cuda="S-ENV-0.23.0 (same nvidia/cuda 13.0.2 base)",
+                                      torch_cuda="S-SDIST-0.20.0 (cu130 index)"),
         "field_confidence": {"require_cuda": "inferred", "python": "inferred"},
         "source": "S-VLLM-SDIST; S-SDIST-0.20.0", "confidence": "verified",
     },
@@ -1356,25 +1417,25 @@ def _normalize_settings(settings):
     return out
 
 
+def _check_driver_field(entry, field, where, expected):
+    """PolicyError naming ``where``.``field`` unless it reads as a driver version or branch."""
+    if parse_driver_version(str(entry.get(field, ""))) is None:
+        raise PolicyError("%s.%s: expected %s, got %r" % (where, field, expected, entry.get(field)))
+
+
 def _validate_sections(policy):
     for key, entry in policy["cuda_toolkits"].items():
         where = "policy.cuda_toolkits.%s" % key
         _check_version_text(key, where, "a CUDA version key like '12.4.1'")
         if not isinstance(entry, dict):
             raise PolicyError("%s: expected a mapping with min_linux_driver and mvc_floor" % where)
-        if parse_driver_version(str(entry.get("min_linux_driver", ""))) is None:
-            raise PolicyError("%s.min_linux_driver: expected a driver version like '550.54.14', got %r"
-                              % (where, entry.get("min_linux_driver")))
-        if parse_driver_version(str(entry.get("mvc_floor", ""))) is None:
-            raise PolicyError("%s.mvc_floor: expected a driver branch like '525', got %r"
-                              % (where, entry.get("mvc_floor")))
+        _check_driver_field(entry, "min_linux_driver", where, "a driver version like '550.54.14'")
+        _check_driver_field(entry, "mvc_floor", where, "a driver branch like '525'")
     for key, entry in policy["minor_version_compatibility"].items():
         where = "policy.minor_version_compatibility.%s" % key
         if not is_ascii_digits(str(key)) or not isinstance(entry, dict):
             raise PolicyError("%s: expected a CUDA major version key ('12') with a mapping value" % where)
-        if parse_driver_version(str(entry.get("driver_min", ""))) is None:
-            raise PolicyError("%s.driver_min: expected a driver branch like '525', got %r"
-                              % (where, entry.get("driver_min")))
+        _check_driver_field(entry, "driver_min", where, "a driver branch like '525'")
     for key, entry in policy["driver_branches"].items():
         where = "policy.driver_branches.%s" % key
         if not is_ascii_digits(str(key)) or not isinstance(entry, dict):

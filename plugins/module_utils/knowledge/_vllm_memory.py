@@ -100,6 +100,8 @@ __metaclass__ = type
 import math
 import re
 
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._gpu_models import SMS_BY_CC
+
 MIB = 1024 ** 2
 GIB = 1024 ** 3
 
@@ -193,33 +195,30 @@ _OBSERVED = (
 # Every cited line and observation, for the gate's report.
 MEMORY_MODEL_SOURCES = [citation for _key, citation in _SRC] + list(_OBSERVED)
 
-# The named constants: value, where it comes from, how sure.
+
+def _constant(value, confidence, source):
+    """One named constant of the model: its value, how sure (verified, third_party, inferred), where it comes from."""
+    return {"value": value, "confidence": confidence, "source": source}
+
+
+# The named constants: value, how sure, where it comes from.
 CONSTANTS = {
-    "non_torch_single_gpu_mib": {
-        "value": 256, "confidence": "third_party",
-        "source": "observed 0.16 GiB (vllm#12126, H100) and 0.23 GiB (InternLM/turbomind#14, V100) "
-                  "for one GPU; rounded up"},
-    "non_torch_multi_gpu_v0_mib": {
-        "value": 512, "confidence": "third_party",
-        "source": "V0 with tp*pp > 1 adds NCCL communicators and custom all-reduce buffers after the "
-                  "baseline snapshot: observed 0.20 GiB (vllm#14447, CUDA) and 0.59-0.73 GiB "
-                  "(nlzy/vllm-gfx906#10, ROCm); PCIe V100 pairs not measured"},
-    "cuda_context_mib": {
-        "value": 512, "confidence": "inferred",
-        "source": "CUDA context with lazy module loading (PyTorch default); outside vLLM's budget "
-                  "except in vLLM 0.8.5's V1 worker"},
-    "nccl_outside_budget_mib": {
-        "value": 256, "confidence": "inferred",
-        "source": "0.19.1 initialises NCCL before the baseline snapshot, so it is outside the budget"},
-    "cuda_graph_mib_per_layer": {
-        "value": 14, "confidence": "inferred",
-        "source": "extrapolated from 0.21 GiB for a 16-layer 1B model (vllm#11349); at least 256 MiB"},
-    "cublas_workspace_bytes": {
-        "value": 4096 * 1024 * 2 + 16 * 1024 * 8, "confidence": "third_party",
-        "source": "PyTorch default cuBLAS workspace below sm90 (32 MiB on sm90), plus 1 MiB cuBLASLt"},
-    "fallback_reserve_mib": {
-        "value": FALLBACK_RESERVE_MIB, "confidence": "inferred",
-        "source": "the previous fixed reserve (_policy.ACTIVATION_RESERVE_MIB)"},
+    "non_torch_single_gpu_mib": _constant(256, "third_party", "observed 0.16 GiB (vllm#12126, H100) and 0.23 GiB "
+                                                              "(InternLM/turbomind#14, V100) for one GPU; rounded up"),
+    "non_torch_multi_gpu_v0_mib": _constant(
+        512, "third_party", "V0 with tp*pp > 1 adds NCCL communicators and custom all-reduce buffers after the baseline "
+                            "snapshot: observed 0.20 GiB (vllm#14447, CUDA) and 0.59-0.73 GiB (nlzy/vllm-gfx906#10, ROCm); "
+                            "PCIe V100 pairs not measured"),
+    "cuda_context_mib": _constant(512, "inferred", "CUDA context with lazy module loading (PyTorch default); outside vLLM's "
+                                                   "budget except in vLLM 0.8.5's V1 worker"),
+    "nccl_outside_budget_mib": _constant(256, "inferred", "0.19.1 initialises NCCL before the baseline snapshot, so it is "
+                                                          "outside the budget"),
+    "cuda_graph_mib_per_layer": _constant(14, "inferred", "extrapolated from 0.21 GiB for a 16-layer 1B model (vllm#11349); "
+                                                          "at least 256 MiB"),
+    "cublas_workspace_bytes": _constant(4096 * 1024 * 2 + 16 * 1024 * 8, "third_party",
+                                        "PyTorch default cuBLAS workspace below sm90 (32 MiB on sm90), plus 1 MiB cuBLASLt"),
+    "fallback_reserve_mib": _constant(FALLBACK_RESERVE_MIB, "inferred", "the previous fixed reserve "
+                                                                        "(_policy.ACTIVATION_RESERVE_MIB)"),
 }
 
 _CUBLASLT_BYTES = 1024 * 1024
@@ -227,9 +226,9 @@ _CUBLAS_SM90_BYTES = 4096 * 8 * 1024
 _CUDA_GRAPH_MIN_MIB = 256
 
 # Streaming multiprocessors per compute capability (the Triton sampler buffer has at most one row
-# per SM). V100 80, T4 40 / RTX 8000 72, A100 108, A10/3090 84, L40S 142, H100 132; inferred.
-_SMS = {(7, 0): 80, (7, 5): 72, (8, 0): 108, (8, 6): 84, (8, 9): 142, (9, 0): 132}
-_SMS_UNKNOWN = 148
+# per SM): the largest count of the GPU model table's boards of that capability (_gpu_models.SMS_BY_CC);
+# a capability without a recorded count takes the largest count of the table (B200's 148).
+_SMS_UNKNOWN = max(SMS_BY_CC.values())
 
 _V0_DEFAULT_MAX_NUM_SEQS = 256           # 0.8.5 engine/arg_utils.py:1562-1563
 _V0_DEFAULT_BATCHED_TOKENS = 2048        # 0.8.5 config.py:68
@@ -505,7 +504,7 @@ def _sampler_moment(inputs, engine, line, tokens, rows, used):
     if line == "0.19.1" and rows >= _TRITON_MIN_ROWS:
         used.extend(["profile_run_v1", "last_tokens_v1", "dummy_sampler_v1", "sampler_f32_v1",
                      "sampler_triton_v1", "sampler_probs_v1", "triton_buffer_v1"])
-        sms = _SMS.get(inputs.cc, _SMS_UNKNOWN) if inputs.cc else _SMS_UNKNOWN
+        sms = SMS_BY_CC.get(inputs.cc, _SMS_UNKNOWN) if inputs.cc else _SMS_UNKNOWN
         buffer_rows = min(_next_pow2(rows), sms)
         per_element = inputs.dtype_bytes + (0 if inputs.dtype_bytes == 4 else 4) + 4 + 4
         return model_output + elements * per_element + buffer_rows * inputs.vocab * 4

@@ -38,7 +38,7 @@ import os
 import re
 import stat
 
-from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._pci_ids import (
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._gpu_models import (
     NVIDIA_VENDOR_ID,
     architecture_for,
     compute_capability_from_name,
@@ -318,14 +318,23 @@ def to_enabled(value):
     return None
 
 
-def normalize_bus_id(value):
-    """'00000000:3B:00.0' (NVML / nvidia-smi) or '0000:3b:00.0' (sysfs) -> '0000:3b:00.0'."""
+def _full_match(pattern, value, problem):
+    """The match of ``pattern`` on the whole cleaned ``value``; None for the no-data spellings;
+    ParseError ``problem`` (a %r format for the value) for anything else."""
     value = clean_value(value)
     if value is None:
         return None
-    match = _BUS_ID_RE.fullmatch(value)
+    match = pattern.fullmatch(value)
     if not match:
-        raise ParseError("not a PCI bus id: %r" % _clip(value))
+        raise ParseError(problem % _clip(value))
+    return match
+
+
+def normalize_bus_id(value):
+    """'00000000:3B:00.0' (NVML / nvidia-smi) or '0000:3b:00.0' (sysfs) -> '0000:3b:00.0'."""
+    match = _full_match(_BUS_ID_RE, value, "not a PCI bus id: %r")
+    if match is None:
+        return None
     domain, bus, device, function = match.groups()
     return "%04x:%02x:%02x.%s" % (int(domain, 16), int(bus, 16), int(device, 16), function)
 
@@ -333,12 +342,9 @@ def normalize_bus_id(value):
 def normalize_cc(value):
     """"7.0" -> "7.0"; None for the no-data spellings. ParseError for anything but ASCII
     major.minor with the major in CC_MAJOR_RANGE ("99.9", "-1.0", "7.0.1", "７.0")."""
-    value = clean_value(value)
-    if value is None:
+    match = _full_match(_CC_RE, value, "not a compute capability: %r (expected major.minor like 7.0)")
+    if match is None:
         return None
-    match = _CC_RE.fullmatch(value)
-    if not match:
-        raise ParseError("not a compute capability: %r (expected major.minor like 7.0)" % _clip(value))
     return format_cc(int(match.group(1)), int(match.group(2)))
 
 

@@ -18,6 +18,8 @@ import os
 import re
 import stat
 
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import TOOL_VERSIONS, tool_version
+
 # Instruction-set extensions worth reporting: prebuilt inference images are compiled for some of
 # them, and a host without them dies with "Illegal instruction" while loading.
 CPU_FLAGS_OF_INTEREST = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "amx_tile")
@@ -197,6 +199,9 @@ NVIDIA_RUNTIME_MODES = ("auto", "legacy", "cdi", "jit-cdi", "csv")
 GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
 
 _TOOLKIT_FACTS = "NVIDIA/nvidia-container-toolkit"
+# Toolkit releases the messages name (TOOL_VERSIONS).
+_JIT_CDI = TOOL_VERSIONS["toolkit_jit_cdi"]["version"]
+_HOOK_REMOVED = TOOL_VERSIONS["toolkit_hook_removed"]["version"]
 
 
 def _version_tuple(text):
@@ -321,12 +326,12 @@ def nvidia_runtime_mode(toolkit_version, configured_mode=None):
     configured = (configured_mode or "auto").strip()
     if configured != "auto":
         return configured, "mode = \"%s\" in %s" % (configured, TOOLKIT_CONFIG_PATH)
-    newer = _at_least(toolkit_version, (1, 18, 0))
+    newer = _at_least(toolkit_version, tool_version("toolkit_jit_cdi"))
     if newer is None:
         return None, "mode \"auto\" and the toolkit version is unknown"
     if newer:
-        return "jit-cdi", "mode \"auto\" resolves to jit-cdi from toolkit 1.18 (toolkit %s)" % toolkit_version
-    return "legacy", "mode \"auto\" resolves to legacy before toolkit 1.18 (toolkit %s)" % toolkit_version
+        return "jit-cdi", "mode \"auto\" resolves to jit-cdi from toolkit %s (toolkit %s)" % (_JIT_CDI, toolkit_version)
+    return "legacy", "mode \"auto\" resolves to legacy before toolkit %s (toolkit %s)" % (_JIT_CDI, toolkit_version)
 
 
 def docker_runtime_config(info=None, daemon_json=None, docker_version=None):
@@ -351,7 +356,7 @@ def docker_runtime_config(info=None, daemon_json=None, docker_version=None):
             dirs = list(info.get("CDISpecDirs") or [])
             result["cdi_spec_dirs"] = dirs
             result["cdi_enabled"] = bool(dirs)
-        elif _at_least(version, (25, 0, 0)) is False:
+        elif _at_least(version, tool_version("docker_cdi")) is False:
             result["cdi_enabled"] = False
         return result
     if isinstance(daemon_json, dict):
@@ -362,8 +367,8 @@ def docker_runtime_config(info=None, daemon_json=None, docker_version=None):
                                   for name, spec in runtimes.items())
         features = daemon_json.get("features") or {}
         flag = features.get("cdi") if isinstance(features, dict) else None
-        supported = _at_least(docker_version, (25, 0, 0))
-        on_by_default = _at_least(docker_version, (28, 2, 0))
+        supported = _at_least(docker_version, tool_version("docker_cdi"))
+        on_by_default = _at_least(docker_version, tool_version("docker_cdi_default"))
         if supported is False or flag is False:
             result["cdi_enabled"] = False
         elif flag is True:
@@ -526,21 +531,21 @@ def _through_nvidia_runtime(toolkit, mode, mode_why, runtime, what):
                         "image whose NVIDIA_REQUIRE_CUDA the driver does not satisfy"
                         % (runtime, what, mode, mode_why, where))
     if mode in ("cdi", "jit-cdi"):
-        if mode == "jit-cdi" and _at_least(toolkit, (1, 18, 0)) is False:
-            return _verdict(None, mode, "mode \"jit-cdi\" does not exist before toolkit 1.18 (toolkit %s)"
-                            % toolkit, "the nvidia runtime stops every container with \"invalid runtime "
-                            "mode: jit-cdi\"; set mode = \"auto\" in %s or install toolkit 1.18 or newer"
-                            % TOOLKIT_CONFIG_PATH)
-        removes_hook = _at_least(toolkit, (1, 17, 5))
+        if mode == "jit-cdi" and _at_least(toolkit, tool_version("toolkit_jit_cdi")) is False:
+            return _verdict(None, mode, "mode \"jit-cdi\" does not exist before toolkit %s (toolkit %s)"
+                            % (_JIT_CDI, toolkit), "the nvidia runtime stops every container with \"invalid runtime "
+                            "mode: jit-cdi\"; set mode = \"auto\" in %s or install toolkit %s or newer"
+                            % (TOOLKIT_CONFIG_PATH, _JIT_CDI))
+        removes_hook = _at_least(toolkit, tool_version("toolkit_hook_removed"))
         if what.startswith("--gpus") and removes_hook is not True:
             if removes_hook is None:
                 return _verdict(None, mode, "the %s runtime is in %s mode (%s) and the toolkit version is "
-                                "unknown: before 1.17.5 it leaves Docker's hook in place, which then refuses "
-                                "to run" % (runtime, mode, mode_why))
+                                "unknown: before %s it leaves Docker's hook in place, which then refuses "
+                                "to run" % (runtime, mode, mode_why, _HOOK_REMOVED))
             return _verdict(None, mode, "the %s runtime is in %s mode (%s) but toolkit %s leaves the hook "
                             "that --gpus adds in place" % (runtime, mode, mode_why, toolkit),
-                            "the hook stops the container (\"%s\"); upgrade the toolkit to 1.17.5 or newer, or "
-                            "use --device nvidia.com/gpu=all" % _HOOK_REFUSAL)
+                            "the hook stops the container (\"%s\"); upgrade the toolkit to %s or newer, or "
+                            "use --device nvidia.com/gpu=all" % (_HOOK_REFUSAL, _HOOK_REMOVED))
         return _verdict(False, mode, "the %s runtime handles %s in %s mode (%s): it injects the GPUs through CDI "
                         "(jit-cdi makes the spec on the fly) and removes nvidia-container-runtime-hook, and no CDI path reads "
                         "NVIDIA_REQUIRE_* (NVIDIA/nvidia-container-toolkit#1470), so the runtime will not refuse "
@@ -572,7 +577,7 @@ def _gpus_through_cdi(facts):
     dockerd's PATH and a spec of kind nvidia.com/gpu (moby daemon/devices_nvidia_linux.go:60-101 and
     210-250 at docker-v29.2.0, moby/moby#50228; it falls back to the hook when injection fails)."""
     version = facts.get("docker_server_version") or facts.get("docker_client_version")
-    new_enough = _at_least(version, (29, 2, 0))
+    new_enough = _at_least(version, tool_version("docker_gpus_cdi"))
     if new_enough is False:
         return False
     cdi_on = facts.get("docker_cdi_enabled")
@@ -604,12 +609,12 @@ def _enforcement_path(facts, request, image_env):
         blocked = None
         if facts.get("docker_cdi_enabled") is False:
             blocked = ("Docker has CDI off, so it cannot resolve %s; set features.cdi: true in daemon.json "
-                       "(Docker 25 or newer)" % what)
-        if is_nvidia and mode == "legacy" and _at_least(toolkit, (1, 15, 0)) is not True:
+                       "(Docker %s or newer)" % (what, TOOL_VERSIONS["docker_cdi"]["version"]))
+        if is_nvidia and mode == "legacy" and _at_least(toolkit, tool_version("toolkit_cdi_void")) is not True:
             return _verdict(None, "cdi", "%s goes through CDI, but the %s runtime is in legacy mode and a CDI spec "
-                            "from toolkit %s may not set NVIDIA_VISIBLE_DEVICES=void (added in 1.15.0, "
+                            "from toolkit %s may not set NVIDIA_VISIBLE_DEVICES=void (added in %s, "
                             "pkg/nvcdi/lib.go:176 at v1.15.0), so its hook may run and check NVIDIA_REQUIRE_CUDA"
-                            % (what, runtime, toolkit or "(unknown)"), blocked)
+                            % (what, runtime, toolkit or "(unknown)", TOOL_VERSIONS["toolkit_cdi_void"]["version"]), blocked)
         if is_nvidia and mode == "csv":
             return _verdict(None, "csv", "%s goes through CDI while the %s runtime is in csv mode (Jetson), a "
                             "combination not worked out here" % (what, runtime), blocked)

@@ -30,6 +30,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.converters._gptq imp
 # The NVFP4 layers the repacker writes as float16 instead (the LM head).
 from ansible_collections.labfleet.vllm.plugins.module_utils.converters._gptq import FP16_LAYERS as GPTQ_FP16_LAYERS
 from ansible_collections.labfleet.vllm.plugins.module_utils.formats._nvfp4 import BLOCK as NVFP4_BLOCK
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats._nvfp4 import NVFP4_ALGO, is_nvfp4_group
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
     KNOWN_VLLM_QUANT_METHODS,
     QUANTIZATION,
@@ -59,20 +60,12 @@ MAX_JSON_INT_DIGITS = 40
 # (Gemma 2), vocab 262144 (Gemma 3), intermediate 53248 (Llama-3.1-405B), context 10485760
 # (Llama 4 Scout) (confidence: inferred from the public config.json files). A value outside is
 # nonsense, and a gate fed with it would plan on nonsense.
-CONFIG_INT_LIMITS = {
-    "hidden_size": (1, 2 ** 20),
-    "num_hidden_layers": (1, 2 ** 12),
-    "num_attention_heads": (1, 2 ** 12),
-    "num_key_value_heads": (1, 2 ** 12),
-    "head_dim": (1, 2 ** 14),
-    "max_position_embeddings": (1, 2 ** 30),
-    "max_sequence_length": (1, 2 ** 30),
-    "seq_length": (1, 2 ** 30),
-    "n_positions": (1, 2 ** 30),
-    "vocab_size": (1, 2 ** 24),
-    "intermediate_size": (1, 2 ** 22),
-    "model_max_length": (1, 2 ** 30),
-}
+# Context lengths (every key a config or tokenizer spells it with) up to 2**30; layers and heads up to 2**12.
+_CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions", "model_max_length")
+CONFIG_INT_LIMITS = dict(
+    [(key, (1, 2 ** 30)) for key in _CONTEXT_KEYS]
+    + [(key, (1, 2 ** 12)) for key in ("num_hidden_layers", "num_attention_heads", "num_key_value_heads")],
+    hidden_size=(1, 2 ** 20), head_dim=(1, 2 ** 14), vocab_size=(1, 2 ** 24), intermediate_size=(1, 2 ** 22))
 SLIDING_WINDOW_MAX = 2 ** 31
 # Quantization integers: bit widths, and group/block sizes (-1 is GPTQ's "one group per channel").
 QUANT_BITS_RANGE = (1, 64)
@@ -132,7 +125,7 @@ METHOD_ALIASES = dict((key, [key] + list(entry["aliases"])) for key, entry in QU
 # ModelOpt quant_algo -> (vLLM method, weight format, bits).
 _MODELOPT_ALGOS = {
     "FP8": ("modelopt", "fp8", 8),
-    "NVFP4": ("modelopt_fp4", "nvfp4", 4),
+    NVFP4_ALGO: ("modelopt_fp4", "nvfp4", 4),
     "MXFP8": ("modelopt_mxfp8", "mxfp8", 8),
     "MIXED_PRECISION": ("modelopt_mixed", None, None),
 }
@@ -550,8 +543,7 @@ def _compressed_tensors(qc, source, path):
             bits_seen.add(w_bits)
         if group_size is not None:
             group_sizes.add(group_size)
-        if (fmt == "nvfp4-pack-quantized"
-                or (w_bits == 4 and w_type == "float" and group_size == 16)):
+        if is_nvfp4_group(fmt, w_bits, w_type, group_size):
             schemes.add("nvfp4")
             formats.add("nvfp4")
         elif w_type == "float" and w_bits == 8:

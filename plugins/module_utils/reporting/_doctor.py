@@ -41,7 +41,6 @@ __metaclass__ = type
 import json
 import math
 import re
-from collections import namedtuple
 
 from ansible_collections.labfleet.vllm.plugins.module_utils.formats._daemon_json import DaemonJsonError, parse_daemon_json
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate import GateInputError, evaluate
@@ -49,20 +48,28 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.probes._gpu import P
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import first_version, require_cuda_enforcement
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes._image import classify_gpu_check
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._plan import arg_key
-from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import arch_reach, covers, parse_arch, parse_cc
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
+    TOOL_VERSIONS,
+    TOOLKIT_PACKAGES,
+    arch_reach,
+    covers,
+    parse_arch,
+    parse_cc,
+    tool_version,
+)
 
 CHECKS = ("gpu_in_container", "illegal_instruction", "no_kernel_image", "out_of_memory", "tensor_parallel_pcie")
 STATUSES = ("healthy", "problem", "unknown", "not_applicable")
 GIB = 1024 ** 3
+# The toolkit release the doctor's fixes name (the container_runtime role's default pin).
+_TOOLKIT = TOOL_VERSIONS["toolkit_tested"]["version"]
 
 # Where each fact comes from and how sure it is.
 SOURCES = {
-    "docker_gpus": ("NVIDIA/cloud-native-docs container-toolkit/docker-specialized.md: --gpus from Docker 19.03, "
-                    "else NVIDIA_VISIBLE_DEVICES (shared/reference/facts.md section 5)", "verified"),
-    "toolkit_min": ("shared/reference/reference-deployment.md, failure 1: toolkit missing or older than 1.14 "
-                    "(nvidia-container-cli -V)", "third_party"),
-    "toolkit_pin": ("roles/container_runtime/defaults/main.yml container_runtime_toolkit_version 1.18.2; the four "
-                    "packages are pinned together (facts.md section 5)", "verified"),
+    "docker_gpus": (TOOL_VERSIONS["docker_gpus"]["source"], TOOL_VERSIONS["docker_gpus"]["confidence"]),
+    "toolkit_min": (TOOL_VERSIONS["toolkit_min"]["source"], TOOL_VERSIONS["toolkit_min"]["confidence"]),
+    "toolkit_pin": ("roles/container_runtime/defaults/main.yml container_runtime_toolkit_version %s; the four "
+                    "packages are pinned together (facts.md section 5)" % _TOOLKIT, "verified"),
     "daemon_json": ("dockerd refuses to start with a daemon.json it cannot parse "
                     "(docs.docker.com/reference/cli/dockerd/#daemon-configuration-file; `dockerd --validate`, "
                     "Docker 23 and later)", "third_party"),
@@ -80,7 +87,7 @@ SOURCES = {
                      "nvidia-modprobe)", "third_party"),
     "cdi_generate": ("NVIDIA/cloud-native-docs container-toolkit/cdi-support.md: `nvidia-ctk cdi generate "
                      "--output=/etc/cdi/nvidia.yaml`, regenerate after a driver upgrade; nvidia-cdi-refresh from "
-                     "toolkit 1.18.0 (facts.md section 5)", "verified"),
+                     "toolkit %s (facts.md section 5)" % TOOL_VERSIONS["toolkit_cdi_refresh"]["version"], "verified"),
     "cdi_stale": ("NVIDIA/nvidia-container-toolkit#856, #1611, #1517 and NVIDIA/NemoClaw PR #4733: a CDI spec "
                   "left from another driver or GPU set (anchors.md (d)8)", "third_party"),
     "gpu_check": ("plugins/module_utils/probes/_image.py classify_gpu_check (what docker and CUDA print, and the fix)",
@@ -196,8 +203,7 @@ JOURNAL_FAULTS = (
     ("illegal_instruction", r"Illegal instruction|\bSIGILL\b|status=4/ILL|status=132/|trap invalid opcode", "sigill"),
     ("no_kernel_image", r"no kernel image is available for execution on the device", "no_kernel_image"),
     ("ptx_unsupported", r"provided PTX was compiled with an unsupported toolchain", "ptx_toolchain"),
-    ("oom_free_memory", r"Free memory on device .{0,80} is less than desired GPU memory utilization",
-     "oom_free_memory"),
+    ("oom_free_memory", r"Free memory on device .{0,80} is less than desired GPU memory utilization", "oom_free_memory"),
     ("oom_no_cache_blocks", r"No available memory for the cache blocks", "oom_cache_v0"),
     ("oom_max_model_len", r"is larger than the maximum number of tokens that can be stored in KV cache|"
                           r"KV cache is needed, which is larger than the available KV cache memory", "oom_cache_v1"),
@@ -209,8 +215,7 @@ JOURNAL_FAULTS = (
     ("engine_timeout", r"Engine iteration timed out", "engine_timeout"),
     ("rpc_timeout", r"RPC call to \S+ timed out", "rpc_timeout"),
     ("shm_broadcast_wait", r"No available shared memory broadcast block found", "shm_broadcast"),
-    ("shm_too_small", r"ncclShmOpen|Error while creating shared memory segment|Fatal Python error: Bus error",
-     "shm_size"),
+    ("shm_too_small", r"ncclShmOpen|Error while creating shared memory segment|Fatal Python error: Bus error", "shm_size"),
     ("nccl_warn", r"NCCL WARN", "nccl_debug"),
 )
 _FAULT_RES = tuple((fault, re.compile(pattern), source) for fault, pattern, source in JOURNAL_FAULTS)
@@ -498,264 +503,95 @@ def _cdi_problems(specs, gpus, driver_version):
     return problems, summaries
 
 
-class _Found:
-    """What the parts of a check found, gathered in order: problems (the cause, in parts), fixes,
-    SOURCES keys, facts still to collect, and the evidence. Each part is a pure function that
-    returns a _Part; ``add`` appends it."""
-
-    def __init__(self, evidence=None, sources=()):
-        self.problems, self.fixes, self.collect = [], [], []
-        self.sources = list(sources)
-        self.evidence = dict(evidence or {})
-
-    def add(self, part):
-        """Append a _Part's problems, fixes, sources and facts to collect; merge its evidence."""
-        self.problems.extend(part.problems)
-        self.fixes.extend(part.fixes)
-        self.sources.extend(part.sources)
-        self.collect.extend(part.collect)
-        self.evidence.update(part.evidence)
-
-    def has_fix(self, fix):
-        """Whether ``fix`` is already part of a fix found (so it is not given twice)."""
-        return any(fix in f for f in self.fixes)
-
-    def part(self):
-        """All that was found, as one _Part (for a part made of smaller ones)."""
-        return _part(self.problems, self.fixes, self.sources, self.collect, self.evidence)
-
-
-# One part of a check's findings (see _Found).
-_Part = namedtuple("_Part", ("problems", "fixes", "sources", "collect", "evidence"))
-
-
-def _part(problems=(), fixes=(), sources=(), collect=(), evidence=None):
-    return _Part(list(problems), list(fixes), list(sources), list(collect), dict(evidence or {}))
-
-
-def _daemon_json_part(daemon_json, daemon_json_path):
-    """daemon.json first: dockerd does not start with a file it cannot parse."""
-    if not isinstance(daemon_json, (str, bytes)):
-        return _part()
+def _daemon_json_state(text, path):
+    """("valid", None) when daemon.json's ``text`` parses as dockerd reads it, else (what is wrong, the fix)."""
     try:
-        parse_daemon_json(daemon_json, daemon_json_path)
+        parse_daemon_json(text, path)
+        return "valid", None
     except DaemonJsonError as exc:
         message = str(exc).split("; fix or remove", 1)[0].split(" (the file was left", 1)[0]
-        return _part(["%s, so dockerd will not start with it" % message],
-                     ["repair %s (keep its keys), check it with `dockerd --validate --config-file %s` (Docker 23 "
-                      "and later), then `systemctl restart docker`; the container_runtime role merges "
-                      "runtimes.nvidia into it only once it parses" % (daemon_json_path, daemon_json_path)],
-                     ["daemon_json"], evidence={"daemon_json": message})
-    return _part(evidence={"daemon_json": "valid"})
+        return message, ("repair %s (keep its keys), check it with `dockerd --validate --config-file %s` (Docker 23 "
+                         "and later), then `systemctl restart docker`; the container_runtime role merges "
+                         "runtimes.nvidia into it only once it parses" % (path, path))
 
 
-def _docker_toolkit_part(container, docker, toolkit):
-    """Docker (installed, answering, 19.03 or newer for --gpus) and the NVIDIA Container Toolkit
-    (installed, 1.14 or newer), from host_facts' container part."""
-    found = _Found()
+def _container_stack(container, docker, toolkit, daemon_json_path, image):
+    """What host_facts' ``container`` facts say is wrong with Docker, the toolkit, the nvidia runtime
+    and the path docker run --gpus takes: {problems, fixes, sources, gpu_path (mode and why, or None)}."""
+    problems, fixes, sources, gpu_path = [], [], [], None
     if not container.get("docker_client_version") and not container.get("docker_server_version"):
-        found.add(_part(["Docker is not installed (no docker CLI on the host)"],
-                        ["install Docker with the labfleet.vllm.container_runtime role (or `apt-get install "
-                         "docker.io`)"]))
+        problems.append("Docker is not installed (no docker CLI on the host)")
+        fixes.append("install Docker with the labfleet.vllm.container_runtime role (or `apt-get install docker.io`)")
     elif not container.get("docker_server_version"):
-        found.add(_part(["the Docker engine does not answer (%s)"
-                         % (container.get("docker_error") or "no server version").rstrip(".")],
-                        ["start it and read why it stopped: `systemctl status docker`, `journalctl -u docker -n 50`"]))
-    elif _version(docker) is not None and _version(docker) < (19, 3, 0):
-        found.add(_part(["Docker %s has no --gpus option (it needs 19.03)" % docker],
-                        ["upgrade Docker to 19.03 or newer; until then run the container with --runtime=nvidia -e "
-                         "NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility"],
-                        ["docker_gpus"]))
+        problems.append("the Docker engine does not answer (%s)"
+                        % (container.get("docker_error") or "no server version").rstrip("."))
+        fixes.append("start it and read why it stopped: `systemctl status docker`, `journalctl -u docker -n 50`")
+    elif _version(docker) is not None and _version(docker) < tool_version("docker_gpus"):
+        needs = TOOL_VERSIONS["docker_gpus"]["version"]
+        problems.append("Docker %s has no --gpus option (it needs %s)" % (docker, needs))
+        fixes.append("upgrade Docker to %s or newer; until then run the container with --runtime=nvidia -e "
+                     "NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_DRIVER_CAPABILITIES=compute,utility" % needs)
+        sources.append("docker_gpus")
     if not toolkit:
-        found.add(_part(["the NVIDIA Container Toolkit is not installed (no nvidia-ctk or nvidia-container-cli)"],
-                        ["install nvidia-container-toolkit 1.18.2 (nvidia-container-toolkit, "
-                         "nvidia-container-toolkit-base, libnvidia-container-tools and libnvidia-container1, all "
-                         "=1.18.2-1, from NVIDIA's repository), e.g. with the labfleet.vllm.container_runtime role "
-                         "(container_runtime_toolkit_version: \"1.18.2\"), then `nvidia-ctk runtime configure "
-                         "--runtime=docker` and `systemctl restart docker`"],
-                        ["toolkit_pin", "runtime_configure"]))
-    elif _version(toolkit) is not None and _version(toolkit) < (1, 14, 0):
-        found.add(_part(["NVIDIA Container Toolkit %s is older than 1.14" % toolkit],
-                        ["upgrade nvidia-container-toolkit and its three sibling packages to 1.18.2-1 "
-                         "(container_runtime_toolkit_version: \"1.18.2\")"],
-                        ["toolkit_min", "toolkit_pin"]))
-    return found.part()
-
-
-def _docker_runtime_part(container, docker, toolkit, image, daemon_json_path):
-    """Docker's nvidia runtime, and whether `docker run --gpus all` can start a GPU container
-    (probes._host.require_cuda_enforcement: the GPU path and what blocks it)."""
-    found = _Found()
-    if container.get("docker_config_source") and docker and "nvidia" not in (container.get("docker_runtimes") or {}):
-        found.add(_part(["Docker lists no nvidia runtime (runtimes: %s, from %s)"
-                         % (", ".join(sorted(container.get("docker_runtimes") or {})) or "none",
-                            container["docker_config_source"])],
-                        ["`nvidia-ctk runtime configure --runtime=docker` (adds runtimes.nvidia.path = "
-                         "nvidia-container-runtime to %s) and `systemctl restart docker`, or rerun the "
-                         "container_runtime role" % daemon_json_path],
-                        ["runtime_configure"]))
+        problems.append("the NVIDIA Container Toolkit is not installed (no nvidia-ctk or nvidia-container-cli)")
+        fixes.append("install nvidia-container-toolkit %s (%s and %s, all =%s-1, from NVIDIA's repository), e.g. "
+                     "with the labfleet.vllm.container_runtime role (container_runtime_toolkit_version: \"%s\"), "
+                     "then `nvidia-ctk runtime configure --runtime=docker` and `systemctl restart docker`"
+                     % (_TOOLKIT, ", ".join(TOOLKIT_PACKAGES[:-1]), TOOLKIT_PACKAGES[-1], _TOOLKIT, _TOOLKIT))
+        sources.extend(["toolkit_pin", "runtime_configure"])
+    elif _version(toolkit) is not None and _version(toolkit) < tool_version("toolkit_min"):
+        problems.append("NVIDIA Container Toolkit %s is older than %s" % (toolkit, TOOL_VERSIONS["toolkit_min"]["version"]))
+        fixes.append("upgrade nvidia-container-toolkit and its three sibling packages to %s-1 "
+                     "(container_runtime_toolkit_version: \"%s\")" % (_TOOLKIT, _TOOLKIT))
+        sources.extend(["toolkit_min", "toolkit_pin"])
+    runtimes = container.get("docker_runtimes") or {}
+    if container.get("docker_config_source") and docker and "nvidia" not in runtimes:
+        problems.append("Docker lists no nvidia runtime (runtimes: %s, from %s)"
+                        % (", ".join(sorted(runtimes)) or "none", container["docker_config_source"]))
+        fixes.append("`nvidia-ctk runtime configure --runtime=docker` (adds runtimes.nvidia.path = "
+                     "nvidia-container-runtime to %s) and `systemctl restart docker`, or rerun the "
+                     "container_runtime role" % daemon_json_path)
+        sources.append("runtime_configure")
     if toolkit and docker and container.get("docker_server_version"):
         image_env = _mapping(_mapping(image).get("env")) or None
         path = require_cuda_enforcement(container, gpu_run_args=["--gpus", "all"], image_env=image_env)
-        found.evidence["gpu_path"] = {"mode": path.get("mode"), "why": path.get("why")}
+        gpu_path = {"mode": path.get("mode"), "why": path.get("why")}
         if path.get("blocked"):
-            found.add(_part(["docker run --gpus all cannot start a GPU container here: %s"
-                             % path["blocked"].split(";", 1)[0]], [path["blocked"]]))
-    return found.part()
+            problems.append("docker run --gpus all cannot start a GPU container here: %s" % path["blocked"].split(";", 1)[0])
+            fixes.append(path["blocked"])
+    return {"problems": problems, "fixes": fixes, "sources": sources, "gpu_path": gpu_path}
 
 
-def _container_stack_part(container, image, daemon_json_path):
-    """Docker, the toolkit and the runtime from host_facts' container part; without it, host_facts
-    is a fact to collect."""
-    docker = container.get("docker_server_version") or container.get("docker_client_version")
-    toolkit = container.get("toolkit_version") or container.get("nvidia_ctk_version") or \
-        container.get("nvidia_container_cli_version")
-    found = _Found(dict(docker=docker, docker_server=container.get("docker_server_version"), toolkit=toolkit,
-                        runtimes=sorted(container.get("docker_runtimes") or {}),
-                        docker_config_source=container.get("docker_config_source")))
-    if not container:
-        found.add(_part(collect=["labfleet.vllm.host_facts (Docker and toolkit versions, runtimes)"]))
-    else:
-        found.add(_docker_toolkit_part(container, docker, toolkit))
-        found.add(_docker_runtime_part(container, docker, toolkit, image, daemon_json_path))
-    return found.part()
-
-
-def _runtime_blocked_part(runtime, found):
-    """The plan's container_runtime verdict, when it blocks GPU containers (unless already said)."""
-    if not runtime.get("blocked") or found.has_fix(runtime["blocked"]):
-        return _part()
-    return _part(["the plan's runtime check blocks GPU containers (GPU_RUNTIME_BLOCKED)"], [runtime["blocked"]])
-
-
-def _host_driver_part(nvidia):
-    """The driver on the host: a container sees at most what the host sees."""
-    state = nvidia.get("state")
-    if state is None:
-        return _part(collect=["labfleet.vllm.gpu_facts"])
-    if state not in ("driver_not_loaded", "driver_library_mismatch", "gpu_lost", "probe_error"):
-        return _part()
-    return _part(["the host's own driver does not answer (gpu_facts: %s: %s)" % (state, _clip(nvidia.get("msg"), 200))],
-                 [{
-                     "driver_not_loaded": "install and load the driver with the labfleet.vllm.nvidia_driver role "
-                                          "(or `modprobe nvidia`)",
-                     "driver_library_mismatch": "reboot so the loaded kernel module (%s) matches the library (%s)"
-                                                % (nvidia.get("kernel_module_version"), nvidia.get("library_version")),
-                     "gpu_lost": "reboot the host: a GPU fell off the bus (Xid 79)",
-                     "probe_error": "run `nvidia-smi` on the host and fix what it reports",
-                 }[state]])
-
-
-def _device_nodes_part(state, dev_nodes, gpu_count, dev_char_missing):
-    """The /dev/nvidia* nodes (with a working driver) and their /dev/char links."""
-    found = _Found()
-    if state == "ok" and dev_nodes is not None:
-        names = [str(n).rsplit("/", 1)[-1] for n in dev_nodes]
-        numbered = sorted(int(n[6:]) for n in names if re.match(r"^nvidia[0-9]{1,3}$", n))
-        missing = [n for n in ("nvidiactl", "nvidia-uvm") if n not in names]
-        found.evidence["dev_nodes"] = sorted(names)
-        if len(numbered) < gpu_count:
-            missing.append("%d of /dev/nvidia0..%d" % (gpu_count - len(numbered), gpu_count - 1))
-        if missing:
-            found.add(_part(["device nodes are missing: /dev/%s" % ", /dev/".join(missing)],
-                            ["create them: `nvidia-modprobe -u -c=0` (uvm nodes) or run `nvidia-smi` once as root; "
-                             "the nvidia-persistenced service keeps them"], ["device_nodes"]))
-    if dev_char_missing:
-        found.add(_part(["the NVIDIA device nodes lack their /dev/char links (%s), so containers lose the GPUs after "
-                         "`systemctl daemon-reload` ('Failed to initialize NVML: Unknown Error')"
-                         % ", ".join(str(p) for p in list(dev_char_missing)[:4])],
-                        ["`nvidia-ctk system create-dev-char-symlinks --create-all` now and the udev rule at boot "
-                         "(container_runtime_nvml_mitigation: udev)"], ["dev_char"]))
-    return found.part()
-
-
-def _cdi_part(cdi_specs, gpus, driver_version, mode):
-    """The CDI specs: what is wrong with them counts only where the GPU path is CDI (or not known)."""
-    if not cdi_specs:
-        return _part()
-    problems, summaries = _cdi_problems(cdi_specs, gpus, driver_version)
-    evidence = {"cdi_specs": summaries}
-    if not problems:
-        return _part(evidence=evidence)
-    if mode not in ("cdi", None):
-        evidence["cdi_unused_problems"] = problems
-        return _part(evidence=evidence)
-    return _part(problems, ["regenerate the spec: `nvidia-ctk cdi generate --output=%s` (toolkit 1.18 and later: "
-                            "`systemctl restart nvidia-cdi-refresh.service` for /var/run/cdi/nvidia.yaml)"
-                            % (next((s["path"] for s in summaries if s.get("path")), "/etc/cdi/nvidia.yaml"))],
-                 ["cdi_generate", "cdi_stale"], evidence=evidence)
-
-
-def _container_test_part(gpu_test, host_uuids, found):
-    """What a test container saw: (test_ok, the GPUs it listed, _Part). test_ok is None when no
-    test ran."""
+def _container_test(gpu_test, host_uuids, fixes):
+    """What ``docker run --rm --gpus all <image> nvidia-smi -L`` showed ({rc, stdout, stderr}, or None when
+    it did not run), against the host's GPU UUIDs; ``fixes`` (read only) keeps a fix from being given twice.
+    Returns {ok (None: no test), seen, problems, fixes, sources, evidence}."""
+    found = {"ok": None, "seen": [], "problems": [], "fixes": [], "sources": [], "evidence": {}}
     if not isinstance(gpu_test, dict) or gpu_test.get("rc") is None:
-        return None, [], _part()
+        return found
     out = gpu_test.get("stdout") or ""
-    seen = parse_gpu_list(out)
-    evidence = {"container_gpus": [g["uuid"] for g in seen]}
+    seen = found["seen"] = parse_gpu_list(out)
+    found["evidence"]["container_gpus"] = [g["uuid"] for g in seen]
     if gpu_test.get("rc") == 0 and seen:
         seen_uuids = sorted(g["uuid"] for g in seen)
-        if not host_uuids or seen_uuids == host_uuids:
-            return True, seen, _part(evidence=evidence)
-        return False, seen, _part(
-            ["a --gpus all container lists %d GPU(s) (%s), the host %d (%s)"
-             % (len(seen), ", ".join(seen_uuids), len(host_uuids), ", ".join(host_uuids))],
-            ["look for NVIDIA_VISIBLE_DEVICES in the image (`docker image inspect`) and the unit's env file, keep the "
-             "instance's gpus at all, and regenerate the CDI spec (`nvidia-ctk cdi generate "
-             "--output=/etc/cdi/nvidia.yaml`)"], evidence=evidence)
+        found["ok"] = not (host_uuids and seen_uuids != host_uuids)
+        if not found["ok"]:
+            found["problems"].append("a --gpus all container lists %d GPU(s) (%s), the host %d (%s)"
+                                     % (len(seen), ", ".join(seen_uuids), len(host_uuids), ", ".join(host_uuids)))
+            found["fixes"].append("look for NVIDIA_VISIBLE_DEVICES in the image (`docker image inspect`) and the unit's "
+                                  "env file, keep the instance's gpus at all, and regenerate the CDI spec "
+                                  "(`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`)")
+        return found
+    found["ok"] = False
     result = classify_gpu_check(gpu_test.get("rc"), out, gpu_test.get("stderr") or "")
-    evidence["container_test"] = {"rc": gpu_test.get("rc"), "category": result["category"],
-                                  "message": result["message"]}
-    fixes = [result["fix"]] if result.get("fix") and not found.has_fix(result["fix"]) else []
-    return False, seen, _part(["`docker run --rm --gpus all <image> nvidia-smi -L` failed (exit %s): %s"
-                               % (gpu_test.get("rc"), _clip(result["message"], 200))], fixes, ["gpu_check"],
-                              evidence=evidence)
-
-
-def _image_gpu_check_part(image, test_ok, found):
-    """vllm_image_facts' gpu_check of the image: (test_ok, _Part); a blocking category fails the
-    test, a passing one stands for it when no test container ran."""
-    check = _mapping(_mapping(image).get("gpu_check"))
-    blocking = ("no_gpu_runtime", "no_gpu_visible", "driver_too_old", "driver_library_mismatch")
-    if check.get("ran") and check.get("category") in blocking:
-        fixes = [check["fix"]] if check.get("fix") and not found.has_fix(check["fix"]) else []
-        return False, _part(["the image's GPU check (vllm_image_facts gpu_check) failed: %s: %s"
-                             % (check["category"], _clip(check.get("message"), 200))], fixes, ["gpu_check"])
-    if check.get("ran") and check.get("category") in ("ok", "no_kernel_image") and test_ok is None:
-        return True, _part(evidence={"image_gpu_check": check.get("category")})
-    return test_ok, _part()
-
-
-def _gpu_in_container_finding(found, state, test_ok, seen, dev_nodes, daemon_json_path):
-    """The gpu_in_container finding from what the parts found."""
-    evidence, sources = found.evidence, found.sources
-    if found.problems:
-        return finding("gpu_in_container", "problem", _sentence(found.problems), _join_fixes(found.fixes), evidence,
-                       sources)
-    if found.collect:
-        return finding("gpu_in_container", "unknown",
-                       "Not enough facts to tell whether containers see the GPUs.",
-                       "collect: %s; the text of %s; `ls /dev/nvidia*`; and `docker run --rm --gpus all <image> "
-                       "nvidia-smi -L` where an image is present" % ("; ".join(found.collect), daemon_json_path),
-                       evidence, sources)
-    if state == "no_gpu":
-        return finding("gpu_in_container", "not_applicable",
-                       "No NVIDIA GPU on this host (gpu_facts: no_gpu); Docker %s and toolkit %s are in order."
-                       % (evidence["docker"], evidence["toolkit"]), "", evidence, sources)
-    said = "Docker %s with runtimes %s, NVIDIA Container Toolkit %s" % (
-        evidence["docker"], ", ".join(evidence["runtimes"]) or "none", evidence["toolkit"])
-    if test_ok:
-        what = "the image's GPU check ran CUDA on the GPUs"
-        if seen:
-            listed = ", ".join(g["uuid"] for g in seen)
-            what = "a --gpus all container lists the host's %d GPU(s) (%s)" % (len(seen), listed)
-        return finding("gpu_in_container", "healthy", "%s; %s." % (what[0].upper() + what[1:], said), "",
-                       evidence, sources)
-    checked = ["the GPU path is not blocked"] + (["the device nodes are in place"] if dev_nodes is not None else [])
-    return finding("gpu_in_container", "healthy",
-                   "%s; %s; no test container ran." % (said, ", ".join(checked)),
-                   "", evidence, sources)
+    found["evidence"]["container_test"] = {"rc": gpu_test.get("rc"), "category": result["category"],
+                                           "message": result["message"]}
+    found["problems"].append("`docker run --rm --gpus all <image> nvidia-smi -L` failed (exit %s): %s"
+                             % (gpu_test.get("rc"), _clip(result["message"], 200)))
+    if result.get("fix") and not any(result["fix"] in f for f in fixes):
+        found["fixes"].append(result["fix"])
+    found["sources"].append("gpu_check")
+    return found
 
 
 def check_gpu_in_container(nvidia=None, host=None, daemon_json=None, daemon_json_path="/etc/docker/daemon.json",
@@ -770,29 +606,142 @@ def check_gpu_in_container(nvidia=None, host=None, daemon_json=None, daemon_json
     (the container_runtime role's check). ``cdi_specs``: [{path, text}] of the CDI spec files.
     ``image``: vllm_image_facts' image (its gpu_check). ``verdict``: deploy_gate's plan (its
     container_runtime verdict).
-
-    The parts, in order: daemon.json, Docker and the toolkit, the plan's runtime verdict, the host's
-    driver, the device nodes, the CDI specs, a test container, the image's GPU check.
     """
     nvidia = _mapping(nvidia)
     container = _mapping(_mapping(host).get("container"))
+    problems, fixes, sources = [], [], ["gpu_path"]
+    evidence = {}
+    collect = []
     gpus = [g for g in nvidia.get("gpus") or [] if isinstance(g, dict)]
     host_uuids = sorted(g["uuid"] for g in gpus if g.get("uuid"))
     state = nvidia.get("state")
+    evidence.update(gpu_state=state, host_gpu_count=len(gpus), host_gpu_uuids=host_uuids)
+
+    # daemon.json first: dockerd does not start with a file it cannot parse.
+    if isinstance(daemon_json, (str, bytes)):
+        evidence["daemon_json"], fix = _daemon_json_state(daemon_json, daemon_json_path)
+        if fix:
+            problems.append("%s, so dockerd will not start with it" % evidence["daemon_json"])
+            fixes.append(fix)
+            sources.append("daemon_json")
+
+    docker = container.get("docker_server_version") or container.get("docker_client_version")
+    toolkit = container.get("toolkit_version") or container.get("nvidia_ctk_version") or \
+        container.get("nvidia_container_cli_version")
+    evidence.update(docker=docker, docker_server=container.get("docker_server_version"), toolkit=toolkit,
+                    runtimes=sorted(container.get("docker_runtimes") or {}),
+                    docker_config_source=container.get("docker_config_source"))
+    if not container:
+        collect.append("labfleet.vllm.host_facts (Docker and toolkit versions, runtimes)")
+    else:
+        found = _container_stack(container, docker, toolkit, daemon_json_path, image)
+        problems.extend(found["problems"])
+        fixes.extend(found["fixes"])
+        sources.extend(found["sources"])
+        if found["gpu_path"] is not None:
+            evidence["gpu_path"] = found["gpu_path"]
     runtime = _mapping(_mapping(verdict).get("container_runtime"))
-    found = _Found(dict(gpu_state=state, host_gpu_count=len(gpus), host_gpu_uuids=host_uuids), ["gpu_path"])
-    found.add(_daemon_json_part(daemon_json, daemon_json_path))
-    found.add(_container_stack_part(container, image, daemon_json_path))
-    found.add(_runtime_blocked_part(runtime, found))
-    found.add(_host_driver_part(nvidia))
-    found.add(_device_nodes_part(state, dev_nodes, len(gpus), dev_char_missing))
-    mode = (found.evidence.get("gpu_path") or {}).get("mode") or runtime.get("mode")
-    found.add(_cdi_part(cdi_specs, gpus, nvidia.get("driver_version"), mode))
-    test_ok, seen, part = _container_test_part(gpu_test, host_uuids, found)
-    found.add(part)
-    test_ok, part = _image_gpu_check_part(image, test_ok, found)
-    found.add(part)
-    return _gpu_in_container_finding(found, state, test_ok, seen, dev_nodes, daemon_json_path)
+    if runtime.get("blocked") and not any(runtime["blocked"] in f for f in fixes):
+        problems.append("the plan's runtime check blocks GPU containers (GPU_RUNTIME_BLOCKED)")
+        fixes.append(runtime["blocked"])
+
+    # The driver on the host: a container sees at most what the host sees.
+    if state in ("driver_not_loaded", "driver_library_mismatch", "gpu_lost", "probe_error"):
+        problems.append("the host's own driver does not answer (gpu_facts: %s: %s)"
+                        % (state, _clip(nvidia.get("msg"), 200)))
+        fixes.append({
+            "driver_not_loaded": "install and load the driver with the labfleet.vllm.nvidia_driver role "
+                                 "(or `modprobe nvidia`)",
+            "driver_library_mismatch": "reboot so the loaded kernel module (%s) matches the library (%s)"
+                                       % (nvidia.get("kernel_module_version"), nvidia.get("library_version")),
+            "gpu_lost": "reboot the host: a GPU fell off the bus (Xid 79)",
+            "probe_error": "run `nvidia-smi` on the host and fix what it reports",
+        }[state])
+    elif state is None:
+        collect.append("labfleet.vllm.gpu_facts")
+
+    # Device nodes and /dev/char links.
+    if state == "ok" and dev_nodes is not None:
+        names = [str(n).rsplit("/", 1)[-1] for n in dev_nodes]
+        numbered = sorted(int(n[6:]) for n in names if re.match(r"^nvidia[0-9]{1,3}$", n))
+        missing = [n for n in ("nvidiactl", "nvidia-uvm") if n not in names]
+        evidence["dev_nodes"] = sorted(names)
+        if len(numbered) < len(gpus):
+            missing.append("%d of /dev/nvidia0..%d" % (len(gpus) - len(numbered), len(gpus) - 1))
+        if missing:
+            problems.append("device nodes are missing: /dev/%s" % ", /dev/".join(missing))
+            fixes.append("create them: `nvidia-modprobe -u -c=0` (uvm nodes) or run `nvidia-smi` once as root; the "
+                         "nvidia-persistenced service keeps them")
+            sources.append("device_nodes")
+    if dev_char_missing:
+        problems.append("the NVIDIA device nodes lack their /dev/char links (%s), so containers lose the GPUs "
+                        "after `systemctl daemon-reload` ('Failed to initialize NVML: Unknown Error')"
+                        % ", ".join(str(p) for p in list(dev_char_missing)[:4]))
+        fixes.append("`nvidia-ctk system create-dev-char-symlinks --create-all` now and the udev rule at boot "
+                     "(container_runtime_nvml_mitigation: udev)")
+        sources.append("dev_char")
+
+    # CDI specs.
+    if cdi_specs:
+        cdi_problems, summaries = _cdi_problems(cdi_specs, gpus, nvidia.get("driver_version"))
+        evidence["cdi_specs"] = summaries
+        mode = (evidence.get("gpu_path") or {}).get("mode") or runtime.get("mode")
+        if cdi_problems:
+            if mode == "cdi" or mode is None:
+                problems.extend(cdi_problems)
+                fixes.append("regenerate the spec: `nvidia-ctk cdi generate --output=%s` (toolkit %s and later: "
+                             "`systemctl restart nvidia-cdi-refresh.service` for /var/run/cdi/nvidia.yaml)"
+                             % (next((s["path"] for s in summaries if s.get("path")), "/etc/cdi/nvidia.yaml"),
+                                TOOL_VERSIONS["toolkit_cdi_refresh"]["version"]))
+                sources.extend(["cdi_generate", "cdi_stale"])
+            else:
+                evidence["cdi_unused_problems"] = cdi_problems
+
+    # What a container actually saw.
+    tested = _container_test(gpu_test, host_uuids, fixes)
+    test_ok, seen = tested["ok"], tested["seen"]
+    problems.extend(tested["problems"])
+    fixes.extend(tested["fixes"])
+    sources.extend(tested["sources"])
+    evidence.update(tested["evidence"])
+    check = _mapping(_mapping(image).get("gpu_check"))
+    blocking = ("no_gpu_runtime", "no_gpu_visible", "driver_too_old", "driver_library_mismatch")
+    if check.get("ran") and check.get("category") in blocking:
+        test_ok = False
+        problems.append("the image's GPU check (vllm_image_facts gpu_check) failed: %s: %s"
+                        % (check["category"], _clip(check.get("message"), 200)))
+        if check.get("fix") and not any(check["fix"] in f for f in fixes):
+            fixes.append(check["fix"])
+        sources.append("gpu_check")
+    elif check.get("ran") and check.get("category") in ("ok", "no_kernel_image") and test_ok is None:
+        test_ok = True
+        evidence["image_gpu_check"] = check.get("category")
+
+    if problems:
+        return finding("gpu_in_container", "problem", _sentence(problems), _join_fixes(fixes), evidence, sources)
+    if collect:
+        return finding("gpu_in_container", "unknown",
+                       "Not enough facts to tell whether containers see the GPUs.",
+                       "collect: %s; the text of %s; `ls /dev/nvidia*`; and `docker run --rm --gpus all <image> "
+                       "nvidia-smi -L` where an image is present" % ("; ".join(collect), daemon_json_path),
+                       evidence, sources)
+    if state == "no_gpu":
+        return finding("gpu_in_container", "not_applicable",
+                       "No NVIDIA GPU on this host (gpu_facts: no_gpu); Docker %s and toolkit %s are in order."
+                       % (docker, toolkit), "", evidence, sources)
+    said = "Docker %s with runtimes %s, NVIDIA Container Toolkit %s" % (
+        docker, ", ".join(evidence["runtimes"]) or "none", toolkit)
+    if test_ok:
+        what = "the image's GPU check ran CUDA on the GPUs"
+        if seen:
+            listed = ", ".join(g["uuid"] for g in seen)
+            what = "a --gpus all container lists the host's %d GPU(s) (%s)" % (len(seen), listed)
+        return finding("gpu_in_container", "healthy", "%s; %s." % (what[0].upper() + what[1:], said), "",
+                       evidence, sources)
+    checked = ["the GPU path is not blocked"] + (["the device nodes are in place"] if dev_nodes is not None else [])
+    return finding("gpu_in_container", "healthy",
+                   "%s; %s; no test container ran." % (said, ", ".join(checked)),
+                   "", evidence, sources)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1446,18 +1395,8 @@ def _pairs(nvidia, topo_text, indices):
     return [p for p in pairs if p.get("a") in chosen and p.get("b") in chosen]
 
 
-def _p2p_status(topo_p2p, indices):
-    """{"a-b": status} between the instance's GPUs from ``nvidia-smi topo -p2p r`` ({} when absent or unreadable)."""
-    try:
-        parsed, _unused = parse_topology(topo_p2p)
-    except ParseError:
-        return {}
-    return dict(("%d-%d" % (p["a"], p["b"]), p["link"]) for p in parsed["pairs"]
-                if p["a"] in indices and p["b"] in indices)
-
-
 def _journal_hang(journal):
-    """The first hang the journal shows ({fault, text}: a HANG_FAULTS line, else a stall), or None."""
+    """The first hang the classified journal shows: {fault, text} of a HANG_FAULTS fault, else of a stall, else None."""
     for fault in HANG_FAULTS:
         items = _mapping(journal).get("faults", {}).get(fault) if journal else None
         if items:
@@ -1465,102 +1404,6 @@ def _journal_hang(journal):
     if journal and journal.get("stall"):
         return {"fault": "stall", "text": journal["stall"]["text"]}
     return None
-
-
-def _nccl_tries(nccl, args, tp, p2p_disabled):
-    """(tries, SOURCES keys): the NCCL and vLLM settings to try for a hang, cheapest first, leaving
-    out what is already set."""
-    tries, sources = [], []
-    if not p2p_disabled:
-        tries.append("NCCL_P2P_DISABLE=\"1\" in the instance's env (preflight_deployment.instances[].env, or "
-                     "vllm_server_env): NCCL stops copying GPU to GPU over PCIe and stages through host shared "
-                     "memory, which avoids broken P2P (ACS, IOMMU) and costs all-reduce bandwidth on every layer")
-        tries.append("NCCL_P2P_LEVEL=\"NVL\" instead of NCCL_P2P_DISABLE (P2P only over NVLink, so none on this "
-                     "host; the fix of vllm#8087), same cost")
-        sources.extend(["nccl_p2p_disable", "nccl_p2p_level"])
-    if not args.get("disable_custom_all_reduce"):
-        tries.append("--disable-custom-all-reduce (preflight_deployment.extra_args): vLLM's own all-reduce over CUDA "
-                     "IPC P2P buffers is not used; small all-reduces get slightly slower")
-        sources.append("custom_all_reduce")
-    if nccl.get("NCCL_IB_DISABLE") != "1":
-        tries.append("NCCL_IB_DISABLE=\"1\": one host and no InfiniBand, so NCCL stops probing IB/RoCE devices; no "
-                     "cost here")
-        sources.append("nccl_ib_disable")
-    tries.append("NCCL_DEBUG=\"INFO\" for one start shows each channel's transport ('via P2P/IPC' or 'via SHM'); "
-                 "the NCCL sanity script of vLLM's troubleshooting guide (`NCCL_DEBUG=TRACE torchrun "
-                 "--nproc-per-node=%d test.py`) tests the GPUs without vLLM" % tp)
-    sources.append("nccl_debug")
-    return tries, sources
-
-
-def _hardware_fixes(acs_on, iommu, shm):
-    """(fixes, SOURCES keys) on the host: ACS on the PCIe bridges (with the IOMMU on or not set), a
-    small /dev/shm (the journal's shm_too_small line)."""
-    hardware, sources = [], []
-    if acs_on and (iommu in (None, "on")):
-        hardware.append("disable ACS on the PCIe bridges (%s): VT-d/IOMMU off in the BIOS, or `setpci -s <bdf> "
-                        "ECAP_ACS+0x6.w=0000` on each after every boot; `iommu=pt` on the kernel command line keeps "
-                        "the IOMMU out of the device path" % ", ".join(acs_on[:4]))
-        sources.append("acs_iommu")
-    if shm:
-        hardware.append("give the container a large /dev/shm: vllm_server_ipc_host: true or vllm_server_shm_size: 16g "
-                        "(journal: '%s')" % _clip(shm["text"], 120))
-        sources.append("shm_size")
-    return hardware, sources
-
-
-def _hang_cause(tp, link_text, hang, acs_on, iommu, p2p_disabled, nccl):
-    """The cause of a tensor-parallel hang (gated(nccl)), with what on the host may explain it."""
-    what = ("stopped producing tokens (last throughput line: '%s')" % _clip(hang["text"], 160)
-            if hang["fault"] == "stall" else "hangs in a collective (journal: '%s')" % _clip(hang["text"], 160))
-    cause = "The server with tensor_parallel_size %d over %s %s: gated(nccl)" % (tp, link_text, what)
-    extra = []
-    if acs_on:
-        extra.append("ACS is enabled on %s" % ", ".join(acs_on[:4]))
-    if iommu == "on":
-        extra.append("the IOMMU is on (kernel command line)")
-    if p2p_disabled:
-        extra.append("P2P is already off (%s)" % ", ".join("%s=%s" % kv for kv in sorted(nccl.items())))
-    if extra:
-        cause += "; " + "; ".join(extra)
-    return cause + "."
-
-
-def _pcie_risk(indices, acs_on, iommu, p2p, p2p_bad):
-    """What on a PCIe link (no NVLink, P2P on) risks slow or hanging all-reduces: ACS with P2P
-    reported OK (outside IOMMU passthrough), or ACS with the IOMMU on; [] when nothing."""
-    if acs_on and p2p and not p2p_bad and iommu != "passthrough":
-        return ["the driver reports P2P OK between GPU %s while ACS is enabled on %s%s: NCCL's P2P copies are "
-                "redirected through the root complex (slow) or hang"
-                % (" and ".join(str(i) for i in indices), ", ".join(acs_on[:4]),
-                   " and the IOMMU is on" if iommu == "on" else "")]
-    if acs_on and iommu == "on":
-        return ["ACS is enabled on %s and the IOMMU is on: P2P traffic between the GPUs is redirected to the CPU root "
-                "complex" % ", ".join(acs_on[:4])]
-    return []
-
-
-def _pcie_healthy_cause(tp, link_text, links, p2p, nccl, journal, args):
-    """The cause of a healthy finding for tensor parallelism over PCIe: the links, P2P status, NCCL
-    settings and the journal's last throughput."""
-    where = {"SYS": "across the CPU sockets, so NCCL stages through host memory",
-             "NODE": "across host bridges of one NUMA node", "PHB": "through the CPU's host bridge",
-             "PXB": "through PCIe switches", "PIX": "through one PCIe switch"}
-    detail = "; ".join("%s: %s" % (link, where[link]) for link in links if link in where)
-    parts = ["Tensor parallelism %d all-reduces over PCIe on every layer (%s%s)"
-             % (tp, link_text, ", %s" % detail if detail else "")]
-    if p2p:
-        parts.append("P2P status %s" % ", ".join("%s %s" % kv for kv in sorted(p2p.items())))
-    if nccl:
-        parts.append("NCCL settings %s" % ", ".join("%s=%s" % kv for kv in sorted(nccl.items())))
-    if journal and journal.get("last_metrics"):
-        last = journal["last_metrics"]
-        parts.append("the last throughput line shows %.1f tokens/s with %d running"
-                     % (last["generation_tps"], last["running"]))
-    elif journal and args.get("disable_log_stats"):
-        parts.append("--disable-log-stats hides the throughput lines a stall shows in")
-    parts.append("no hang in the journal" if journal else "no journal was read")
-    return _sentence(parts)
 
 
 def check_tensor_parallel_pcie(instance=None, nvidia=None, journal=None, topo_matrix=None, topo_p2p=None,
@@ -1594,8 +1437,14 @@ def check_tensor_parallel_pcie(instance=None, nvidia=None, journal=None, topo_ma
     links = sorted(set(p["link"] for p in pairs if p.get("link")))
     nvlink = bool(pairs) and all(str(p.get("link") or "").startswith("NV") for p in pairs)
     evidence.update(links=links, nvlink=nvlink)
-    p2p = _p2p_status(topo_p2p, indices) if topo_p2p else {}
+    p2p = {}
     if topo_p2p:
+        try:
+            parsed, _unused = parse_topology(topo_p2p)
+            p2p = dict(("%d-%d" % (p["a"], p["b"]), p["link"]) for p in parsed["pairs"]
+                       if p["a"] in indices and p["b"] in indices)
+        except ParseError:
+            p2p = {}
         sources.append("topo_p2p")
     evidence["p2p"] = p2p
     acs = parse_acs(lspci_acs) if lspci_acs else {}
@@ -1608,16 +1457,54 @@ def check_tensor_parallel_pcie(instance=None, nvidia=None, journal=None, topo_ma
     link_text = "%s between GPU %s" % ("/".join(links) or "an unknown link", " and ".join(str(i) for i in indices))
     p2p_disabled = nccl.get("NCCL_P2P_DISABLE") == "1" or nccl.get("NCCL_P2P_LEVEL") in ("LOC", "NVL", "0")
     p2p_bad = sorted(k for k, v in p2p.items() if v != "OK")
-    tries, more = _nccl_tries(nccl, args, tp, p2p_disabled)
-    sources.extend(more)
-    hardware, more = _hardware_fixes(acs_on, iommu, shm)
-    sources.extend(more)
+    tries = []
+    if not p2p_disabled:
+        tries.append("NCCL_P2P_DISABLE=\"1\" in the instance's env (preflight_deployment.instances[].env, or "
+                     "vllm_server_env): NCCL stops copying GPU to GPU over PCIe and stages through host shared "
+                     "memory, which avoids broken P2P (ACS, IOMMU) and costs all-reduce bandwidth on every layer")
+        tries.append("NCCL_P2P_LEVEL=\"NVL\" instead of NCCL_P2P_DISABLE (P2P only over NVLink, so none on this "
+                     "host; the fix of vllm#8087), same cost")
+        sources.extend(["nccl_p2p_disable", "nccl_p2p_level"])
+    if not args.get("disable_custom_all_reduce"):
+        tries.append("--disable-custom-all-reduce (preflight_deployment.extra_args): vLLM's own all-reduce over CUDA "
+                     "IPC P2P buffers is not used; small all-reduces get slightly slower")
+        sources.append("custom_all_reduce")
+    if nccl.get("NCCL_IB_DISABLE") != "1":
+        tries.append("NCCL_IB_DISABLE=\"1\": one host and no InfiniBand, so NCCL stops probing IB/RoCE devices; no "
+                     "cost here")
+        sources.append("nccl_ib_disable")
+    tries.append("NCCL_DEBUG=\"INFO\" for one start shows each channel's transport ('via P2P/IPC' or 'via SHM'); "
+                 "the NCCL sanity script of vLLM's troubleshooting guide (`NCCL_DEBUG=TRACE torchrun "
+                 "--nproc-per-node=%d test.py`) tests the GPUs without vLLM" % tp)
+    sources.append("nccl_debug")
+    hardware = []
+    if acs_on and (iommu in (None, "on")):
+        hardware.append("disable ACS on the PCIe bridges (%s): VT-d/IOMMU off in the BIOS, or `setpci -s <bdf> "
+                        "ECAP_ACS+0x6.w=0000` on each after every boot; `iommu=pt` on the kernel command line keeps "
+                        "the IOMMU out of the device path" % ", ".join(acs_on[:4]))
+        sources.append("acs_iommu")
+    if shm:
+        hardware.append("give the container a large /dev/shm: vllm_server_ipc_host: true or vllm_server_shm_size: 16g "
+                        "(journal: '%s')" % _clip(shm["text"], 120))
+        sources.append("shm_size")
     if hang:
         evidence.update(state="gated(nccl)", hang=hang)
         sources.append({"nccl_timeout": "nccl_watchdog", "nccl_error": "nccl_debug", "engine_timeout": "engine_timeout",
                         "rpc_timeout": "rpc_timeout", "shm_broadcast_wait": "shm_broadcast",
                         "stall": "metrics_stall"}[hang["fault"]])
-        return finding("tensor_parallel_pcie", "problem", _hang_cause(tp, link_text, hang, acs_on, iommu, p2p_disabled, nccl),
+        what = ("stopped producing tokens (last throughput line: '%s')" % _clip(hang["text"], 160)
+                if hang["fault"] == "stall" else "hangs in a collective (journal: '%s')" % _clip(hang["text"], 160))
+        cause = "The server with tensor_parallel_size %d over %s %s: gated(nccl)" % (tp, link_text, what)
+        extra = []
+        if acs_on:
+            extra.append("ACS is enabled on %s" % ", ".join(acs_on[:4]))
+        if iommu == "on":
+            extra.append("the IOMMU is on (kernel command line)")
+        if p2p_disabled:
+            extra.append("P2P is already off (%s)" % ", ".join("%s=%s" % kv for kv in sorted(nccl.items())))
+        if extra:
+            cause += "; " + "; ".join(extra)
+        return finding("tensor_parallel_pcie", "problem", cause + ".",
                        "try in this order, one change and one restart at a time: " + _join_fixes(hardware + tries),
                        evidence, sources)
     if not pairs and not journal:
@@ -1625,7 +1512,16 @@ def check_tensor_parallel_pcie(instance=None, nvidia=None, journal=None, topo_ma
                        "The link between the instance's GPUs is not known and there is no journal.",
                        "collect: `nvidia-smi topo -m`, `nvidia-smi topo -p2p r`, `lspci -vvv` (ACSCtl lines), "
                        "/proc/cmdline and `journalctl -u <vllm unit> -n 200`", evidence, sources)
-    risk = _pcie_risk(indices, acs_on, iommu, p2p, p2p_bad) if not nvlink and not p2p_disabled else []
+    risk = []
+    if not nvlink and not p2p_disabled:
+        if acs_on and p2p and not p2p_bad and iommu != "passthrough":
+            risk.append("the driver reports P2P OK between GPU %s while ACS is enabled on %s%s: NCCL's P2P copies "
+                        "are redirected through the root complex (slow) or hang"
+                        % (" and ".join(str(i) for i in indices), ", ".join(acs_on[:4]),
+                           " and the IOMMU is on" if iommu == "on" else ""))
+        elif acs_on and iommu == "on":
+            risk.append("ACS is enabled on %s and the IOMMU is on: P2P traffic between the GPUs is redirected to "
+                        "the CPU root complex" % ", ".join(acs_on[:4]))
     if risk:
         sources.append("acs_iommu")
         fix = _join_fixes(hardware or ["disable ACS (VT-d off in the BIOS) or set iommu=pt"])
@@ -1637,7 +1533,24 @@ def check_tensor_parallel_pcie(instance=None, nvidia=None, journal=None, topo_ma
                        "GPUs %s are linked by NVLink (%s); no hang in the journal." %
                        (" and ".join(str(i) for i in indices), "/".join(links)), "", evidence, sources)
     sources.append("pcie_tp")
-    return finding("tensor_parallel_pcie", "healthy", _pcie_healthy_cause(tp, link_text, links, p2p, nccl, journal, args),
+    where = {"SYS": "across the CPU sockets, so NCCL stages through host memory",
+             "NODE": "across host bridges of one NUMA node", "PHB": "through the CPU's host bridge",
+             "PXB": "through PCIe switches", "PIX": "through one PCIe switch"}
+    detail = "; ".join("%s: %s" % (link, where[link]) for link in links if link in where)
+    parts = ["Tensor parallelism %d all-reduces over PCIe on every layer (%s%s)"
+             % (tp, link_text, ", %s" % detail if detail else "")]
+    if p2p:
+        parts.append("P2P status %s" % ", ".join("%s %s" % kv for kv in sorted(p2p.items())))
+    if nccl:
+        parts.append("NCCL settings %s" % ", ".join("%s=%s" % kv for kv in sorted(nccl.items())))
+    if journal and journal.get("last_metrics"):
+        last = journal["last_metrics"]
+        parts.append("the last throughput line shows %.1f tokens/s with %d running"
+                     % (last["generation_tps"], last["running"]))
+    elif journal and args.get("disable_log_stats"):
+        parts.append("--disable-log-stats hides the throughput lines a stall shows in")
+    parts.append("no hang in the journal" if journal else "no journal was read")
+    return finding("tensor_parallel_pcie", "healthy", _sentence(parts),
                    "nothing to fix; for throughput raise max_num_seqs so larger batches amortise the all-reduce "
                    "(tensor parallelism here is for fitting the model, not for speed)", evidence, sources)
 

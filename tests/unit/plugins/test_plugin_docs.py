@@ -35,3 +35,24 @@ def test_docs_parse_as_yaml(path):
         text = getattr(plugin, field, None)
         assert isinstance(text, str) and text.strip(), "%s has no %s" % (os.path.basename(path), field)
         yaml.safe_load(text)  # raises with the line and column
+
+
+def test_every_module_has_the_shared_attributes():
+    """The modules' check_mode / diff_mode / platform attributes come from the labfleet.vllm.attributes
+    doc fragment (plugins/doc_fragments/): ansible-doc, which merges the fragments, shows all three
+    for every module, each with its support and a description."""
+    import json
+    import subprocess
+    import sys
+    modules = sorted(os.path.basename(p)[:-3] for p in PLUGINS if os.sep + "modules" + os.sep in p)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(TOP, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    doc_bin = os.path.join(os.path.dirname(sys.executable), "ansible-doc")
+    out = subprocess.check_output([doc_bin, "--json"] + ["labfleet.vllm." + m for m in modules], cwd=TOP, env=env)
+    docs = json.loads(out)
+    assert sorted(docs) == ["labfleet.vllm." + m for m in modules]
+    for name, entry in docs.items():
+        attributes = entry["doc"]["attributes"]
+        for key in ("check_mode", "diff_mode", "platform"):
+            assert attributes[key]["support"] in ("full", "partial", "none"), (name, key)
+            assert attributes[key]["description"], (name, key)
+        assert attributes["check_mode"]["support"] == "full" and attributes["platform"]["platforms"] == "posix", name

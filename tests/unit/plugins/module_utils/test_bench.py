@@ -17,7 +17,8 @@ import pytest
 
 from ansible_collections.labfleet.vllm.plugins.module_utils.reporting import _bench as B
 from ansible_collections.labfleet.vllm.plugins.module_utils.clients._openai import iter_sse_data
-from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._pci_ids import PCI_DEVICES
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _gpu_models as GM
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._gpu_models import PCI_DEVICES
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                         "fixtures", "vllm-http")
@@ -356,7 +357,7 @@ def test_roofline_of_the_reference_deployment():
     the reference measured 16-22 tok/s for one request, 19 tok/s is 36.9 % of the bound."""
     per_gpu = B.weight_bytes_per_gpu(35 * 10 ** 9, tensor_parallel_size=2)
     assert per_gpu == 17.5e9
-    bw = B.memory_bandwidth("Tesla V100-PCIE-32GB")
+    bw = GM.memory_bandwidth("Tesla V100-PCIE-32GB")
     result = B.roofline(bw["gb_s"], per_gpu, 19.0)
     assert result == {"memory_bandwidth_gb_s": 900, "weight_bytes_per_gpu": 17.5e9, "bound_tok_s": 51.429,
                       "measured_tok_s": 19.0, "share_pct": 36.9}
@@ -365,7 +366,7 @@ def test_roofline_of_the_reference_deployment():
 
 def test_roofline_llama_3_1_8b_bf16_on_one_h100_sxm():
     # Llama-3.1-8B: 8,030,261,248 parameters x 2 bytes (bf16) = 16,060,522,496 bytes (model_facts' weight_bytes).
-    result = B.roofline(B.memory_bandwidth("NVIDIA H100 80GB HBM3")["gb_s"], 16060522496, 150.0)
+    result = B.roofline(GM.memory_bandwidth("NVIDIA H100 80GB HBM3")["gb_s"], 16060522496, 150.0)
     assert result["bound_tok_s"] == pytest.approx(3350e9 / 16060522496, abs=1e-3)   # 208.586
     assert result["share_pct"] == pytest.approx(71.9)
 
@@ -394,7 +395,7 @@ def test_roofline_llama_3_1_8b_bf16_on_one_h100_sxm():
     ("tesla v100 pcie 32gb", "Tesla V100 PCIe 32GB", 900),
 ])
 def test_bandwidth_from_nvidia_smi_names(name, key, gb_s):
-    found = B.memory_bandwidth(name)
+    found = GM.memory_bandwidth(name)
     assert (found["gpu"], found["gb_s"]) == (key, gb_s)
     assert found["source"].startswith("https://") and found["confidence"] in ("third_party", "inferred")
 
@@ -402,7 +403,7 @@ def test_bandwidth_from_nvidia_smi_names(name, key, gb_s):
 @pytest.mark.parametrize("name", ["NVIDIA GeForce RTX 4090 Laptop GPU", "NVIDIA GH200 480GB", "Tesla V100-FHHL-16GB",
                                   "NVIDIA H100", "NVIDIA A100-SXM-64GB", "Tesla K80", "", None, "x" * 500])
 def test_bandwidth_not_guessed_for_unknown_or_ambiguous_boards(name):
-    assert B.memory_bandwidth(name) is None
+    assert GM.memory_bandwidth(name) is None
 
 
 def test_bandwidth_keys_are_the_pci_table_names():
@@ -411,19 +412,19 @@ def test_bandwidth_keys_are_the_pci_table_names():
     models = set(entry["model"] for entry in PCI_DEVICES.values())
     resolved = 0
     for device_id, entry in PCI_DEVICES.items():
-        if entry["model"] in B.GPU_MEMORY_BANDWIDTH:
+        if entry["model"] in GM.GPU_MEMORY_BANDWIDTH:
             resolved += 1
-            assert B.bandwidth_key(pci_device_id="0x" + device_id) == entry["model"]
-            assert B.bandwidth_key(name=entry["model"]) == entry["model"], entry["model"]
+            assert GM.bandwidth_key(pci_device_id="0x" + device_id) == entry["model"]
+            assert GM.bandwidth_key(name=entry["model"]) == entry["model"], entry["model"]
     assert resolved >= 35
-    outside = sorted(k for k in B.GPU_MEMORY_BANDWIDTH if k not in models)
+    outside = sorted(k for k in GM.GPU_MEMORY_BANDWIDTH if k not in models)
     assert outside == ["GeForce RTX 3090", "GeForce RTX 3090 Ti", "GeForce RTX 4090"]
     # The device ID wins over a name that says otherwise.
-    assert B.bandwidth_key(name="Tesla T4", pci_device_id="0x1DB610DE") == "Tesla V100 PCIe 32GB"
+    assert GM.bandwidth_key(name="Tesla T4", pci_device_id="0x1DB610DE") == "Tesla V100 PCIe 32GB"
 
 
 def test_every_bandwidth_entry_has_a_source_and_a_confidence():
-    for key, entry in B.GPU_MEMORY_BANDWIDTH.items():
+    for key, entry in GM.GPU_MEMORY_BANDWIDTH.items():
         assert 100 <= entry["gb_s"] <= 10000, key
         assert entry["source"].startswith("https://"), key
         assert entry["confidence"] in ("verified", "third_party", "inferred"), key

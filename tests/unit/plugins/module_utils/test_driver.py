@@ -686,9 +686,9 @@ def test_module_answers_through_run(capsys):
 
 def test_role_defaults_give_a_plan_on_every_supported_distribution():
     values = defaults()
-    # The branch and version come from the request (the preflight role's default preflight_deployment).
+    # The branch and version come from the request (the preflight role's preflight_deployment_defaults).
     with open(os.path.join(ROLE, "..", "preflight", "defaults", "main.yml")) as handle:
-        driver = yaml.safe_load(handle)["preflight_deployment"]["driver"]
+        driver = yaml.safe_load(handle)["preflight_deployment_defaults"]["driver"]
     for dist, major, version in (("Debian", "12", "12.11"), ("Debian", "13", "13.1"), ("Ubuntu", "22", "22.04"),
                                  ("Ubuntu", "24", "24.04")):
         plan = D.run(_request(distribution=dist, distribution_major_version=major, distribution_version=version,

@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _gate as G
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate import GateInputError, evaluate
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _policy as P
 
 TODAY = datetime.date(2026, 9, 1)
 GIB = 1024 ** 3
@@ -27,17 +28,14 @@ P100 = {"name": "Tesla P100-PCIE-16GB", "compute_capability": "6.0", "memory_tot
 T4 = {"name": "Tesla T4", "compute_capability": "7.5", "memory_total_mib": 15360}
 A100 = {"name": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0", "memory_total_mib": 81920}
 
-REQUIRE_12_4 = ("cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 "
-                "brand=tesla,driver>=525,driver<526 brand=unknown,driver>=525,driver<526")
-REQUIRE_12_8 = " ".join(["cuda>=12.8"] + ["brand=%s,driver>=%d,driver<%d" % (brand, b, b + 1)
-                                          for b in (470, 535, 550, 560, 565)
-                                          for brand in ("unknown", "tesla", "nvidia", "quadro")])
-QUANT_0_8_5 = ["aqlm", "awq", "deepspeedfp", "tpu_int8", "fp8", "ptpc_fp8", "fbgemm_fp8", "modelopt", "nvfp4",
-               "marlin", "bitblas", "gguf", "gptq_marlin_24", "gptq_marlin", "gptq_bitblas", "awq_marlin", "gptq",
-               "compressed-tensors", "bitsandbytes", "qqq", "hqq", "experts_int8", "neuron_quant", "ipex", "quark",
-               "moe_wna16", "torchao"]
-IMAGE_0_8_5 = {"cuda_version": "12.4.1", "require_cuda": REQUIRE_12_4,
-               "arch_list": ["7.0", "7.5", "8.0", "8.6", "8.9", "9.0+PTX"],
+# Image facts come from the policy, where they are written once (the 0.8.5 image is CUDA 12.4.0 and
+# its NVIDIA_REQUIRE_CUDA lists the 470, 525 and 535 branches).
+RELEASE_0_8_5 = P.VLLM_RELEASES["0.8.5"]
+REQUIRE_12_4 = RELEASE_0_8_5["require_cuda"]
+REQUIRE_12_8 = P.require_cuda_string("12.8")
+QUANT_0_8_5 = list(RELEASE_0_8_5["quantization_methods"])
+IMAGE_0_8_5 = {"cuda_version": RELEASE_0_8_5["cuda_base"], "require_cuda": REQUIRE_12_4,
+               "arch_list": RELEASE_0_8_5["vllm_arch"].split(),
                "quantization_methods": QUANT_0_8_5, "vllm_version": "0.8.5", "digest": "sha256:abc"}
 LLAMA_8B = {"param_count": 8030261248, "weight_bytes": 16060522496, "num_hidden_layers": 32,
             "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 8192,

@@ -2,7 +2,7 @@
 # Copyright: (c) 2026, labfleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Unit tests for plugins/module_utils/probes/_gpu.py and _pci_ids.py over recorded outputs.
+"""Unit tests for plugins/module_utils/probes/_gpu.py and _gpu_models.py over recorded outputs.
 
 Every folder under tests/unit/fixtures/gpu/ is one host (see its README.md); NVML is a fake module.
 """
@@ -22,7 +22,7 @@ except ImportError:  # hypothesis is in requirements-dev.txt; without it only on
     given = None
 
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _gpu
-from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _pci_ids
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _gpu_models
 
 GPU_FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "gpu")
 CASES = sorted(
@@ -717,16 +717,44 @@ REQUIRED_MODELS = {
 
 def test_pci_table_covers_the_data_center_cards():
     for device_id, cc in REQUIRED_MODELS.items():
-        entry = _pci_ids.lookup_device(device_id)
+        entry = _gpu_models.lookup_device(device_id)
         assert entry is not None, device_id
         assert entry["compute_capability"] == cc, device_id
 
 
 def test_pci_table_is_consistent():
-    for device_id, entry in _pci_ids.PCI_DEVICES.items():
+    for device_id, entry in _gpu_models.PCI_DEVICES.items():
         assert len(device_id) == 4 and device_id == device_id.lower()
-        assert _pci_ids.CC_ARCHITECTURE[entry["compute_capability"]] == entry["architecture"]
+        assert _gpu_models.CC_ARCHITECTURE[entry["compute_capability"]] == entry["architecture"]
         assert entry["memory_mib"] is None or entry["memory_mib"] % 1024 == 0
+
+
+def test_gpu_model_table_has_one_row_per_board_and_one_board_per_id():
+    models = [row["model"] for row in _gpu_models.GPU_MODELS]
+    assert len(models) == len(set(models))
+    ids = [device_id for row in _gpu_models.GPU_MODELS for device_id in row["pci_ids"]]
+    assert len(ids) == len(set(ids)) == len(_gpu_models.PCI_DEVICES)
+    for row in _gpu_models.GPU_MODELS:
+        assert row["compute_capability"] in _gpu_models.CC_ARCHITECTURE, row["model"]
+        assert row["sms"] is None or 1 <= row["sms"] <= 200, row["model"]
+    # every name rule points at a row
+    for pattern, model in _gpu_models.MODEL_NAME_PATTERNS:
+        assert model is None or model in _gpu_models.MODELS, pattern.pattern
+
+
+def test_gpu_model_rows_and_family_names_agree():
+    """A row's name, read by the family rules, gives the row's compute capability (where a family
+    rule knows the name at all)."""
+    for row in _gpu_models.GPU_MODELS:
+        cc = _gpu_models.compute_capability_from_name(row["model"])
+        assert cc in (None, row["compute_capability"]), row["model"]
+
+
+def test_sms_by_cc_is_what_the_memory_model_read_before():
+    """The memory model's per-capability SM counts (its own literal before the one table)."""
+    assert _gpu_models.SMS_BY_CC == {(7, 0): 80, (7, 5): 72, (8, 0): 108, (8, 6): 84, (8, 9): 142, (9, 0): 132,
+                                     (10, 0): 148}
+    assert max(_gpu_models.SMS_BY_CC.values()) == 148
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -734,7 +762,7 @@ def test_pci_table_is_consistent():
     ("0x1DB61002", None), ("zz", None), (None, None), ("", None), (True, None),
 ])
 def test_normalize_device_id(value, expected):
-    assert _pci_ids.normalize_device_id(value) == expected
+    assert _gpu_models.normalize_device_id(value) == expected
 
 
 @pytest.mark.parametrize("name, cc", [
@@ -747,7 +775,7 @@ def test_normalize_device_id(value, expected):
     (None, None),
 ])
 def test_compute_capability_from_name(name, cc):
-    assert _pci_ids.compute_capability_from_name(name) == cc
+    assert _gpu_models.compute_capability_from_name(name) == cc
 
 
 @pytest.mark.parametrize("cc, arch", [
@@ -756,7 +784,7 @@ def test_compute_capability_from_name(name, cc):
     ("12.0", "Blackwell"), ("1.0", None), (None, None),
 ])
 def test_architecture_for(cc, arch):
-    assert _pci_ids.architecture_for(cc) == arch
+    assert _gpu_models.architecture_for(cc) == arch
 
 
 # --------------------------------------------------------------------------------------------

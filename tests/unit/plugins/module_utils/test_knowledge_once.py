@@ -2,19 +2,26 @@
 # Copyright: (c) 2026, labfleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Each fact lives once: _policy.py is the knowledge base, every other module derives from it.
+"""Each fact lives once: plugins/module_utils/knowledge/ is the knowledge base (_policy.py the
+compatibility policy and tool versions, _gpu_models.py the GPU model table), every other module
+derives from it.
 
 Two kinds of checks:
 
-1. A scan of the source (AST) of plugins/module_utils/*.py and plugins/modules/*.py: literal
-   constants that look like facts (CUDA and driver versions, arch lists, vLLM versions,
-   NVIDIA_REQUIRE_CUDA strings, driver-branch lists, quantization-method lists, compute
-   capability -> architecture maps, NVML's integer decoding) may be written only in _policy.py,
-   and inside _policy.py a value of one kind of fact may sit in one table only. ALLOWED lists
-   the few legitimate exceptions, each with the reason.
+1. A scan of the source (AST) of plugins/module_utils/**/*.py and plugins/modules/*.py:
+   - literal constants that look like facts (CUDA and driver versions, arch lists, vLLM versions,
+     NVIDIA_REQUIRE_CUDA strings, driver-branch lists, quantization-method lists, compute
+     capability -> architecture maps, NVML's integer decoding) may be written only in _policy.py,
+     and inside _policy.py a value of one kind of fact may sit in one table only;
+   - tables: a dict/list/tuple/set literal of GPU models (names, with bandwidths, SM counts or
+     anything else), a per-compute-capability table of numbers or a name -> compute capability
+     table may stand only in _gpu_models.py; a tool version (a TOOL_VERSIONS string, or a
+     (major, minor, patch) tuple compared with) only in knowledge/.
+   ALLOWED lists the few legitimate exceptions, each with the reason.
 2. Agreement: where two modules answer the same question (image profiles vs the release table,
-   gpu_facts' architecture names vs the policy, NVML decoding, arch coverage, quantization names),
-   they give the same answer on a grid of inputs.
+   gpu_facts' architecture names vs the policy, NVML decoding, arch coverage, quantization names,
+   NVFP4 detection, the container_runtime role's tool versions), they give the same answer on a
+   grid of inputs.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -24,6 +31,7 @@ __metaclass__ = type
 import ast
 import collections
 import glob
+import json
 import os
 import re
 
@@ -33,23 +41,27 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _ga
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _gate_facts as GF
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _gate_inputs as GI
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _gate_rules_driver as GD
+from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _nvfp4 as N
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _gpu
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _image as I
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _model as M
-from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _pci_ids
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _gpu_models
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _policy as P
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 KNOWLEDGE_BASE = "_policy.py"
+GPU_TABLE = "_gpu_models.py"
 
 
 def _sources(repo):
+    """(file name, in knowledge/, AST) of every module_utils file and module."""
     paths = sorted(glob.glob(os.path.join(repo, "plugins", "module_utils", "**", "*.py"), recursive=True)
                    + glob.glob(os.path.join(repo, "plugins", "modules", "*.py")))
     assert paths, "no plugin sources found under %s" % repo
+    knowledge = os.path.join(repo, "plugins", "module_utils", "knowledge") + os.sep
     for path in paths:
         with open(path) as handle:
-            yield os.path.basename(path), ast.parse(handle.read(), path)
+            yield os.path.basename(path), path.startswith(knowledge), ast.parse(handle.read(), path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,6 +200,105 @@ def _field_of(tree):
     return field
 
 
+# --- Tables: what knowledge/ holds as tables may not be restated as a literal anywhere else ------
+
+# GPU names: the model table's rows and what its family rules read as a GPU (short strings only: a
+# sentence that names a GPU is prose, not a table).
+_GPU_MODEL_NAMES = frozenset(row["model"] for row in _gpu_models.GPU_MODELS)
+# The tool versions of the policy, as written there.
+_TOOL_VERSION_TEXTS = frozenset(entry["version"] for entry in P.TOOL_VERSIONS.values() if "." in entry["version"])
+
+
+# Architecture names ("Ada Lovelace") are the policy's, not GPU models.
+_ARCH_WORDS = frozenset(w.lower() for key, entry in P.ARCHITECTURES.items() for w in [key, entry["label"]])
+
+
+def _is_gpu_name(value):
+    return isinstance(value, str) and value.lower() not in _ARCH_WORDS and (value in _GPU_MODEL_NAMES or (
+        len(value) <= 40 and len(value.split()) <= 5 and _gpu_models.compute_capability_from_name(value) is not None))
+
+
+def _is_int_constant(node):
+    return isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool)
+
+
+def _is_cc(node):
+    """A compute capability literal: "7.0" or (7, 0)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and bool(_CC_KEY.match(node.value))
+    return (isinstance(node, ast.Tuple) and len(node.elts) == 2
+            and all(_is_int_constant(e) for e in node.elts)
+            and 1 <= node.elts[0].value <= 20 and 0 <= node.elts[1].value <= 9)
+
+
+def _is_number(node):
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+
+
+def _members(node):
+    """The constants a table literal states: its elements, a dict's keys and values, and the members of
+    tuples, lists, dicts or a call's arguments one level down (rows)."""
+    items = list(node.keys) + list(node.values) if isinstance(node, ast.Dict) else list(node.elts)
+    found = []
+    for item in items:
+        if isinstance(item, (ast.Tuple, ast.List)):
+            found.extend(item.elts)
+        elif isinstance(item, ast.Call):
+            found.extend(item.args)
+        elif isinstance(item, ast.Dict):
+            found.extend(list(item.keys) + list(item.values))
+        found.append(item)
+    return [item for item in found if item is not None]
+
+
+def _table_problem(node):
+    """What kind of knowledge table a dict/list/tuple/set literal restates, or None."""
+    if not isinstance(node, (ast.Dict, ast.List, ast.Tuple, ast.Set)):
+        return None
+    members = _members(node)
+    names = set(m.value for m in members if isinstance(m, ast.Constant) and _is_gpu_name(m.value))
+    if len(names) >= 2:
+        return "a table of GPU models (%s); the GPU model table is knowledge/_gpu_models.py" % ", ".join(sorted(names)[:3])
+    if isinstance(node, ast.Dict) and len(node.keys) >= 2 and all(
+            k is not None and _is_cc(k) for k in node.keys) and all(_is_number(v) for v in node.values):
+        return "a per-compute-capability table of numbers (SM counts, bandwidths, ...); derive it from knowledge/"
+    rows = list(node.values if isinstance(node, ast.Dict) else node.elts)
+    pairs = [row for row in rows if isinstance(row, ast.Tuple) and len(row.elts) == 2 and _is_cc(row.elts[1])]
+    if len(pairs) >= 3 or (isinstance(node, ast.Dict) and sum(1 for v in node.values if _is_cc(v)) >= 3):
+        return "a table of names -> compute capability; the GPU model table is knowledge/_gpu_models.py"
+    return None
+
+
+def _version_tuple(node):
+    """A literal (major, minor, patch) of a tool, CUDA or driver release (vLLM's 0.x are strings)."""
+    return (isinstance(node, ast.Tuple) and len(node.elts) == 3
+            and all(_is_int_constant(e) for e in node.elts)
+            and node.elts[0].value >= 1 and node.elts[1].value <= 99)
+
+
+def _restated_tables(name, tree):
+    """Problems: knowledge tables, tool versions and version literals written outside knowledge/."""
+    problems = []
+    skip = _docstring_ids(tree)
+    for node in ast.walk(tree):
+        what = _table_problem(node)
+        if what:
+            problems.append("%s:%d: %s" % (name, node.lineno, what))
+        compared = []
+        if isinstance(node, ast.Compare) and not any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            compared = node.comparators + [node.left]
+        elif isinstance(node, ast.Call):
+            compared = node.args
+        for operand in compared:
+            if _version_tuple(operand):
+                problems.append("%s:%d: compares with the version %s; name it in _policy.TOOL_VERSIONS (tool_version())"
+                                % (name, node.lineno, ast.unparse(operand)))
+        if isinstance(node, ast.Constant) and node.value in _TOOL_VERSION_TEXTS and id(node) not in skip:
+            problems.append("%s:%d: tool version %r is written here; read it from _policy.TOOL_VERSIONS"
+                            % (name, node.lineno, node.value))
+    return problems
+
+
 # Field names that state the same kind of fact (a value under any of them is one fact).
 FIELD_GROUPS = {
     "cuda_base": "cuda", "cuda_version": "cuda", "cuda": "cuda",
@@ -202,7 +313,12 @@ def scan(repo=REPO):
     """(facts, problems): facts[(kind, value)] = [(file, line, table, field)]; problems: list of text."""
     facts = collections.defaultdict(list)
     problems = []
-    for name, tree in _sources(repo):
+    for name, in_knowledge, tree in _sources(repo):
+        if not in_knowledge:
+            problems.extend(_restated_tables(name, tree))
+        elif name != GPU_TABLE:
+            problems.extend("%s:%d: %s" % (name, node.lineno, what) for node in ast.walk(tree)
+                            for what in [_table_problem(node)] if what)
         skip = _docstring_ids(tree) | _lookup_ids(tree)
         tables = _table_of(tree)
         fields = _field_of(tree)
@@ -293,6 +409,42 @@ def test_scan_catches_a_restated_fact(tmp_path):
     assert "_image.py:2: a compute capability -> architecture name dict" in text
     assert "_image.py:3: driver_branches (470, 525, 535)" in text
     assert "_policy.py: cuda '12.4.0' is stated in 2 tables (X line 1, Y line 2)" in text
+
+
+def test_scan_catches_a_restated_table(tmp_path):
+    """The table scan itself: outside knowledge/, a bandwidth dict keyed by GPU names, a row list of
+    GPU names, an SM count per compute capability, a name -> compute capability list, a tool version
+    compared as a tuple and a tool version string all fail; inside knowledge/ only the GPU model table
+    may hold GPU tables; a sentence naming a GPU and an architecture name are not tables."""
+    knowledge = tmp_path / "plugins" / "module_utils" / "knowledge"
+    reporting = tmp_path / "plugins" / "module_utils" / "reporting"
+    knowledge.mkdir(parents=True)
+    reporting.mkdir()
+    (tmp_path / "plugins" / "modules").mkdir()
+    (knowledge / "_gpu_models.py").write_text(u'ROWS = [("Tesla V100 PCIe 32GB", "7.0", 900), ("Tesla T4", "7.5", 320)]\n')
+    (knowledge / "_vllm_memory.py").write_text(u'SMS = {(7, 0): 80, (8, 0): 108}\n')
+    (reporting / "_bench.py").write_text(
+        u'BW = {"Tesla V100 PCIe 32GB": {"gb_s": 900}, "A100 SXM4 80GB": {"gb_s": 2039}}\n'
+        u'ROWS = [_bw("Tesla V100-PCIE-32GB", 900), _bw("NVIDIA H100 80GB HBM3", 3350)]\n'
+        u'SMS = {(7, 0): 80, (8, 0): 108}\n'
+        u'NAMES = [(r"v100", "7.0"), (r"t4", "7.5"), (r"a100", "8.0")]\n'
+        u'FAMILY = [(re.compile(r"x"), "7.0"), (re.compile(r"y"), "7.5"), (re.compile(r"z"), "8.0")]\n'
+        u'OLD = toolkit < (1, 14, 0)\n'
+        u'PIN = "1.18.2"\n'
+        u'OK = ["use a V100 or a T4 for this, as the reference deployment does", "Ada Lovelace", "Volta"]\n'
+        u'HEADS = head in (64, 128, 256)\n')
+    text = "\n".join(scan(str(tmp_path))[1])
+    assert "_gpu_models.py:" not in text
+    expected = ["_vllm_memory.py:1: a per-compute-capability table of numbers",
+                "_bench.py:1: a table of GPU models (A100 SXM4 80GB, Tesla V100 PCIe 32GB)",
+                "_bench.py:2: a table of GPU models (NVIDIA H100 80GB HBM3, Tesla V100-PCIE-32GB)",
+                "_bench.py:3: a per-compute-capability table of numbers",
+                "_bench.py:4: a table of GPU models (a100, t4, v100)",
+                "_bench.py:5: a table of names -> compute capability",
+                "_bench.py:6: compares with the version (1, 14, 0)",
+                "_bench.py:7: tool version '1.18.2' is written here"]
+    assert [line for line in expected if line not in text] == []
+    assert "_bench.py:8" not in text and "_bench.py:9" not in text
 
 
 # --------------------------------------------------------------------------------------------
@@ -391,8 +543,8 @@ ALL_CCS = sorted(set(cc for entry in P.ARCHITECTURES.values() for cc in entry["c
 @pytest.mark.parametrize("cc", ALL_CCS)
 def test_architecture_names_agree(cc):
     label = P.architecture_label(cc)
-    assert _pci_ids.architecture_for(cc) == label
-    assert _pci_ids.CC_ARCHITECTURE.get(cc) == label
+    assert _gpu_models.architecture_for(cc) == label
+    assert _gpu_models.CC_ARCHITECTURE.get(cc) == label
     gpu = _gpu.complete_gpu(dict(_gpu.new_gpu("test"), compute_capability=cc))
     assert gpu["architecture"] == label
     if label is not None:
@@ -401,7 +553,7 @@ def test_architecture_names_agree(cc):
 
 
 def test_pci_table_names_come_from_the_policy():
-    for device_id, entry in _pci_ids.PCI_DEVICES.items():
+    for device_id, entry in _gpu_models.PCI_DEVICES.items():
         assert entry["architecture"] == P.architecture_label(entry["compute_capability"]), device_id
     assert P.architecture_label("7.0") == "Volta"
     assert P.architecture_label("8.9") == "Ada Lovelace"
@@ -481,3 +633,76 @@ def test_coercion_helpers_are_one_copy():
             G.to_bool(bad, "x")
         with pytest.raises(P.PolicyError):
             P._as_bool(bad, "x")
+
+
+# One NVFP4 detection: the converters' layout detection (_nvfp4.detect_layout) and model_facts'
+# quantization reader (_model.read_quantization) read each description the same way.
+_MODELOPT_TENSORS = {"model.layers.0.mlp.up_proj.weight": {}, "model.layers.0.mlp.up_proj.weight_scale": {},
+                     "model.layers.0.mlp.up_proj.weight_scale_2": {}}
+
+
+def _ct(group_format, num_bits, kind, group_size, top="pack-quantized"):
+    return {"quant_method": "compressed-tensors", "format": top, "config_groups": {"group_0": {
+        "format": group_format, "targets": ["Linear"],
+        "weights": {"num_bits": num_bits, "type": kind, "group_size": group_size, "strategy": "group"}}}}
+
+
+NVFP4_DESCRIPTIONS = [
+    ("hf_quant_config.json", {"quantization": {"quant_algo": "NVFP4"}}),
+    ("hf_quant_config.json", {"quantization": {"quant_algo": "nvfp4"}}),
+    ("hf_quant_config.json", {"quantization": {"quant_algo": "FP8"}}),
+    ("config.json", {"quant_method": "modelopt", "quant_algo": "NVFP4"}),
+    ("config.json", {"quant_method": "modelopt", "quant_algo": "FP8"}),
+    ("config.json", _ct("nvfp4-pack-quantized", 4, "float", 16)),
+    ("config.json", _ct(None, 4, "float", 16, top="nvfp4-pack-quantized")),
+    ("config.json", _ct("float-quantized", 4, "float", 16)),
+    ("config.json", _ct("pack-quantized", 4, "int", 128)),
+    ("config.json", {"quant_method": "gptq", "bits": 4, "group_size": 128}),
+] + [("quant_config.json", {"quant_method": name, "block_size": 16, "scale_bits": 8})
+     for name in ("nvfp4", "NVFP4", "fp4", "modelopt_fp4", "modelopt-fp4", "nvfp4-pack-quantized", "modelopt", "gptq",
+                  "fp8")]
+
+
+@pytest.mark.parametrize("filename,description", NVFP4_DESCRIPTIONS, ids=lambda v: str(v)[:60])
+def test_nvfp4_is_detected_once(tmp_path, filename, description):
+    cfg = {"model_type": "llama"}
+    if filename == "config.json":
+        cfg["quantization_config"] = description
+    else:
+        (tmp_path / filename).write_text(json.dumps(description))
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    quant = M.read_quantization(str(tmp_path), cfg, str(tmp_path / "config.json"))[0]
+    try:
+        layout = N.detect_layout(str(tmp_path), headers=[{"tensors": _MODELOPT_TENSORS}])
+    except N.Nvfp4Error:
+        layout = None
+    assert (quant["quant_format"] == "nvfp4") == (layout is not None), (quant, layout)
+
+
+def _role_yaml(*parts):
+    from ansible.parsing.yaml.loader import AnsibleLoader
+    with open(os.path.join(REPO, "roles", *parts)) as handle:
+        return AnsibleLoader(handle).get_single_data()
+
+
+def test_the_container_runtime_role_keeps_the_policys_tool_versions():
+    """The role keeps the user-facing pin and its own Docker checks (YAML cannot import _policy); they
+    are the policy's TOOL_VERSIONS and TOOLKIT_PACKAGES."""
+    defaults = _role_yaml("container_runtime", "defaults", "main.yml")
+    assert defaults["container_runtime_toolkit_version"] == P.TOOL_VERSIONS["toolkit_tested"]["version"]
+    role_vars = _role_yaml("container_runtime", "vars", "main.yml")
+    assert tuple(role_vars["__container_runtime_toolkit_packages"]) == P.TOOLKIT_PACKAGES
+    checks = [task for task in _role_yaml("container_runtime", "tasks", "install.yml")
+              if task.get("name") == "Check that Docker is recent enough for what was asked"]
+    assert len(checks) == 1
+    stated = re.findall(r"version\('([0-9.]+)', '>='\)", " ".join(checks[0]["ansible.builtin.assert"]["that"]))
+    assert [P.parse_version(v) + (0,) * (3 - len(P.parse_version(v))) for v in stated] == \
+        [P.tool_version("docker_gpus"), P.tool_version("docker_cdi")]
+
+
+@pytest.mark.parametrize("key", sorted(P.TOOL_VERSIONS))
+def test_tool_versions_carry_a_source(key):
+    entry = P.TOOL_VERSIONS[key]
+    assert entry["tool"] in ("docker", "nvidia-container-toolkit") and entry["source"] and entry["what"]
+    assert entry["confidence"] in ("verified", "third_party", "inferred")
+    assert len(P.tool_version(key)) == 3

@@ -35,6 +35,7 @@ from ansible.module_utils.common.warnings import get_warning_messages
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.labfleet.vllm.plugins.module_utils.clients import _openai as O
+from ansible_collections.labfleet.vllm.plugins.doc_fragments import attributes
 from ansible_collections.labfleet.vllm.plugins.modules import vllm_benchmark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
@@ -612,5 +613,7 @@ def test_concurrency_as_strings_and_an_empty_baseline_are_fine(slow_standin):
 
 def test_module_documents_itself_and_check_mode():
     assert "module: vllm_benchmark" in vllm_benchmark.DOCUMENTATION
-    assert "support: full" in vllm_benchmark.DOCUMENTATION
     assert "Check mode runs the same requests." in vllm_benchmark.DOCUMENTATION
+    # check mode: full, from the shared doc fragment of the modules that change nothing
+    assert "- labfleet.vllm.attributes.read_only" in vllm_benchmark.DOCUMENTATION
+    assert "check_mode:\n    support: full" in attributes.ModuleDocFragment.READ_ONLY
