@@ -195,17 +195,8 @@ def served_dtype(facts):
 
 
 def effective_dtype_bytes(facts):
-    """Bytes per element of the dtype the deployment serves in (after the dtype rule's auto-fix,
-    ``served_dtype``); auto follows the checkpoint (float32 checkpoints and unknown ones: float16)."""
-    if facts.served_dtype in facts.policy["dtypes"]:
-        return facts.policy["dtypes"][facts.served_dtype]["bytes"]
-    dtype = facts.effective.get("dtype")
-    dtype = dtype.strip().lower() if isinstance(dtype, str) else "auto"
-    dtype = DTYPE_ALIASES.get(dtype, dtype)
-    if dtype == "auto":
-        torch_dtype = facts.model["torch_dtype"]
-        dtype = "float16" if torch_dtype in (None, "float32") else torch_dtype
-    entry = facts.policy["dtypes"].get(dtype)
+    """Bytes per element of the dtype the deployment serves in (served_dtype; unknown: float16)."""
+    entry = facts.policy["dtypes"].get(served_dtype(facts) or "float16")
     return entry["bytes"] if entry else 2
 
 

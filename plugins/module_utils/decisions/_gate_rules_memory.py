@@ -65,7 +65,7 @@ def _max_len(facts):
     return facts.args["max_model_len"] or facts.model["max_position_embeddings"]
 
 
-def release_engine(facts):
+def _release_engine(facts):
     """The engine the image's release runs on the lowest GPU (policy release_behaviour
     memory_profile engine): True for V1, False for V0, None when the GPU is unknown."""
     engine = behaviour_value(facts, "memory_profile").get("engine")
@@ -98,7 +98,7 @@ def gate_profile_reserve(facts, memory_mib):
         "gpu_memory_mib": memory_mib,
         "gpu_name": gpu["name"] if gpu else None,
         "quantization": quant_method(facts)[0],
-        "vllm_use_v1": release_engine(facts),
+        "vllm_use_v1": _release_engine(facts),
         "v0_chunked_batched_tokens": profile.get("v0_chunked_tokens"),
     }
     line = parse_version(profile["line"]) if profile.get("line") else facts.version

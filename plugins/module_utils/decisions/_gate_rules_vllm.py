@@ -92,7 +92,7 @@ def _serving_dtype(facts, gpu, auto_fix):
         resolved, how = resolve_auto_dtype(rule, model_type, torch_dtype, gpu["cc"], dtypes)
     else:
         resolved, how = name, None
-    fallback = resolve_auto_dtype(rule, model_type, "float32", gpu["cc"], dtypes)[0] if platform else "float16"
+    fallback = (resolve_auto_dtype(rule, model_type, "float32", gpu["cc"], dtypes)[0] if platform else None) or "float16"
     has_bf16 = "bfloat16" in supported_dtypes(gpu["cc"], dtypes)
     reasons, warnings, fixes = [], [], {}
     if not has_bf16 and (resolved == "bfloat16" or (name == "auto" and resolved is None)):
@@ -100,11 +100,11 @@ def _serving_dtype(facts, gpu, auto_fix):
             "dtype auto (the checkpoint is bfloat16)" if resolved == "bfloat16"
             else "dtype auto (checkpoint dtype unknown)")
         if auto_fix:
-            fixes["dtype"] = fallback or "float16"
+            fixes["dtype"] = fallback
             warnings.append(_auto_fix_warning(facts, gpu, what, fixes["dtype"], rule, model_type))
         elif resolved == "bfloat16":
             reasons.append(finding("DTYPE_UNSUPPORTED", "%s has no bfloat16; use --dtype %s (vllm.dtype: %s)"
-                                   % (gpu_label(gpu), fallback or "float16", fallback or "float16")))
+                                   % (gpu_label(gpu), fallback, fallback)))
         else:
             warnings.append(finding(
                 "DTYPE_AUTO_UNRESOLVED",
