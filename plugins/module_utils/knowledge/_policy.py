@@ -724,7 +724,7 @@ def ct_scheme_need(entry, version):
 # ---------------------------------------------------------------------------------------------
 # Per-release behaviour: where the releases of VLLM_RELEASES behave differently at startup
 # ---------------------------------------------------------------------------------------------
-# One row per release of VLLM_RELEASES (test_policy keeps the keys equal), one cell per behaviour
+# One row per release of VLLM_RELEASES (test_gate_release_behaviour keeps the keys equal), one cell per behaviour
 # the gate judges by release; each cell is {value, source, confidence} (confidence as above: a
 # cell is "verified" only where the rule was read in that release's source, or in facts.md for
 # it; "inferred" cells carry the file to read). The rules that read it: _gate_rules_memory
@@ -786,7 +786,7 @@ def _memory_cell(version, engine, line, chunked_tokens=2048):
         why = "S-FACTS-3.2: V1 on every compute capability from 0.10.2, V0 removed in 0.11.0"
     worker = "vllm/worker/worker.py determine_num_available_blocks" if line == "0.8.5" else \
         "vllm/v1/worker/gpu_worker.py determine_available_memory"
-    return _cell(value, "%s; profile run not read for this release, modelled from %s (S-VLLM-PROFILE; read: %s)"
+    return _cell(value, "%s; profile run not read for this release, modelled from %s (S-VLLM-PROFILE; to check: %s)"
                  % (why, _at(line, worker), _at(version, "vllm/engine/arg_utils.py") + " defaults"), "inferred")
 
 
