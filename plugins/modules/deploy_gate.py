@@ -45,7 +45,9 @@ description:
     (R590 and newer drop Maxwell, Pascal and Volta; R470 is the last for Kepler);
     V(DRIVER_BRANCH_NOT_ALLOWED) the branch is not in C(policy.allowed_driver_branches);
     V(DRIVER_TOO_OLD_FOR_IMAGE) the image's C(NVIDIA_REQUIRE_CUDA) rejects the driver, or the driver is
-    below the image's CUDA minor-version-compatibility floor (525 for CUDA 12, 580 for CUDA 13);
+    below the image's CUDA minor-version-compatibility floor (525 for CUDA 12, 580 for CUDA 13) where only
+    forward compatibility could run it and the GPU cannot use it (GeForce, TITAN: NVIDIA supports it on
+    data-center GPUs only);
     V(IMAGE_LACKS_ARCH) the image has no kernels (SASS or PTX) for the GPU;
     V(PTX_NEWER_THAN_DRIVER) the GPU is reached only through PTX that the driver is too old to JIT-compile;
     V(DTYPE_UNSUPPORTED) the dtype or KV cache dtype needs a higher compute capability (bfloat16 needs 8.0)
@@ -98,10 +100,12 @@ description:
     V(DRIVER_BRANCH_EOL) the driver branch is end of life;
     V(CUDA_MINOR_VERSION_COMPAT) the image's CUDA is newer than the driver's and runs through minor version
     compatibility; V(FORWARD_COMPAT_REQUIRED) the image is admitted only through a forward-compatibility
-    clause (cuda-compat libraries, data-center GPUs); V(REQUIRE_CUDA_UNDECIDED) C(NVIDIA_REQUIRE_CUDA) could
+    clause (cuda-compat libraries; a data-center GPU, or a professional one where only select SKUs work -
+    on a GeForce or TITAN that is V(DRIVER_TOO_OLD_FOR_IMAGE)); V(REQUIRE_CUDA_UNDECIDED) C(NVIDIA_REQUIRE_CUDA) could
     not be decided (brand or CUDA level unknown); V(PTX_JIT_ONLY) the image reaches the GPU only through PTX;
     V(PCIE_WITHOUT_P2P) tensor parallelism without NVLink; V(DTYPE_AUTOFIXED) dtype auto/bfloat16 was
-    changed to float16 on a GPU below 8.0, or kv_cache_dtype to auto (bfloat16 there, or a value the release
+    changed on a GPU below 8.0 to the dtype the release falls back to (float16, or float32 where the release
+    refuses float16 for the model type), or kv_cache_dtype to auto (bfloat16 there, or a value the release
     does not accept); V(DTYPE_AUTO_UNRESOLVED) dtype auto
     with an unknown checkpoint dtype on a GPU without bfloat16 and auto-fix off;
     V(KV_CACHE_DTYPE_UNVERIFIED) an FP8 KV cache below compute capability 8.0 is not verified;
@@ -110,7 +114,9 @@ description:
     V(MEMORY_PLAN_INCOMPLETE) inputs for the memory plan are missing; V(WEIGHTS_ESTIMATED) weight bytes
     estimated from param_count; V(GPU_MEMORY_UNEVEN) the GPUs differ in memory size;
     V(ARCH_UNKNOWN) the compute capability maps to no architecture in the policy;
-    V(VLLM_VERSION_UNKNOWN) image.vllm_version is not a version number;
+    V(VLLM_VERSION_UNKNOWN) image.vllm_version is not a version number (judged as the reference release,
+    0.8.5, behaves); V(RELEASE_BEHAVIOUR_ASSUMED) the image's vLLM release has no row in the policy's
+    release-behaviour table and was judged as the release the message names behaves;
     V(DRIVER_NOT_MANAGED) C(request.driver.manage) is false, the installed driver was judged;
     V(NVFP4_FP16_FALLBACK) the NVFP4 checkpoint is served from its FP16 copy; V(NVFP4_GPTQ_REPACK) it is served
     from its GPTQ int4 copy (C(--quantization gptq)); V(FP16_COPY_DISK_UNCHECKED) and V(GPTQ_COPY_DISK_UNCHECKED)
@@ -192,7 +198,9 @@ options:
         C(weight_bytes) (int, bytes of the weights), C(param_count) (int), C(quant_method) (str),
         C(num_hidden_layers), C(num_key_value_heads), C(head_dim), C(max_position_embeddings) (int),
         C(torch_dtype) (str, V(bfloat16)). C(num_attention_heads) and C(hidden_size) are used when
-        C(num_key_value_heads) or C(head_dim) are missing."
+        C(num_key_value_heads) or C(head_dim) are missing. C(quant_bits), C(quant_group_size), C(quant_sym),
+        C(quant_desc_act) and C(quant_zero_point) decide whether the release serves a GPTQ or AWQ checkpoint
+        with its Marlin kernels (which take bfloat16); C(model_type) decides its C(dtype=auto) rule."
       - Without C(weight_bytes) the weights are estimated as C(param_count) x the dtype's bytes (or the
         quantization method's bytes per parameter, warning V(WEIGHTS_ESTIMATED)).
     type: dict

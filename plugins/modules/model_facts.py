@@ -192,6 +192,22 @@ model:
     quant_scheme:
       description: compressed-tensors scheme (C(wna16), C(w8a8_int8), C(w8a8_fp8), C(nvfp4), ...).
       type: str
+    quant_sym:
+      description:
+        - GPTQ/AWQ (and their Marlin variants, moe_wna16) - C(sym) of config.json's C(quantization_config),
+          where vLLM's Marlin conversion reads it (C(GPTQMarlinConfig.is_gptq_marlin_compatible) - C(true) is
+          needed). Null when the key is absent there or the description is in another file.
+      type: bool
+    quant_desc_act:
+      description:
+        - GPTQ - C(desc_act) of config.json's C(quantization_config) (act-order); vLLM converts to C(gptq_marlin)
+          only when it is declared. Null when absent there or the description is in another file.
+      type: bool
+    quant_zero_point:
+      description:
+        - AWQ - C(zero_point) of config.json's C(quantization_config); vLLM converts to C(awq_marlin) only
+          when it is C(true). Null when absent there or the description is in another file.
+      type: bool
     weight_bytes:
       description: Exact tensor bytes of the weights vLLM loads (sum of the safetensors data spans).
       type: int
@@ -289,7 +305,7 @@ model:
     gate:
       description: Exactly the keys the C(model) option of M(labfleet.vllm.deploy_gate) takes
         (weight_bytes, param_count, quant_method, quant_scheme, quant_bits, quant_group_size,
-        num_hidden_layers, num_key_value_heads, head_dim, max_position_embeddings, torch_dtype, and
+        quant_sym, quant_desc_act, quant_zero_point, num_hidden_layers, num_key_value_heads, head_dim, max_position_embeddings, torch_dtype, and
         for vLLM's startup checks hidden_size, num_attention_heads, intermediate_size, vocab_size,
         model_type, architectures, rope_scaling, sliding_window, use_sliding_window, model_max_length,
         text_config_used, and for the NVFP4 serving paths fp16_weight_bytes, nvfp4_linear_shapes and

@@ -99,7 +99,8 @@ WARNING_CODES = {
     "REQUIRE_CUDA_UNDECIDED": "NVIDIA_REQUIRE_CUDA could not be decided (GPU brand or driver CUDA unknown).",
     "PTX_JIT_ONLY": "The image reaches the GPU only through PTX JIT (slow first start, no SASS).",
     "PCIE_WITHOUT_P2P": "Tensor parallelism over GPUs without NVLink: all-reduce crosses PCIe.",
-    "DTYPE_AUTOFIXED": "dtype auto/bfloat16 was changed to float16 for a GPU below 8.0, or kv_cache_dtype to auto "
+    "DTYPE_AUTOFIXED": "dtype auto/bfloat16 was changed, for a GPU below 8.0, to the dtype the release falls back "
+                       "to (float16; float32 where it refuses float16 for the model), or kv_cache_dtype to auto "
                        "(bfloat16 on such a GPU, or a value the release does not accept).",
     "DTYPE_AUTO_UNRESOLVED": "dtype auto with an unknown checkpoint dtype on a GPU without bfloat16.",
     "KV_CACHE_DTYPE_UNVERIFIED": "An FP8 KV cache on this compute capability is not verified.",
@@ -111,6 +112,8 @@ WARNING_CODES = {
     "GPU_MEMORY_UNEVEN": "The GPUs differ in memory size; the plan uses the smallest.",
     "ARCH_UNKNOWN": "The compute capability maps to no architecture in the policy; driver checks skipped.",
     "VLLM_VERSION_UNKNOWN": "image.vllm_version could not be read; version-dependent checks used lenient values.",
+    "RELEASE_BEHAVIOUR_ASSUMED": "The image's vLLM release has no row in the policy's release-behaviour table; "
+                                 "it was judged as the release the warning names behaves.",
 }
 
 # The startup checks of _vllm_startup.py (vLLM's own config validation) report through the gate.

@@ -9,7 +9,9 @@
 
 - :class:`GateFacts`: one frozen input per evaluation: the validated inputs (_gate_inputs), the
   policy, and what follows from them (the GPUs with a known compute capability, one GPU per
-  compute capability, the lowest, the policy's row for the image's vLLM release). The fields
+  compute capability, the lowest, the policy's row for the image's vLLM release and the
+  release-behaviour row it is judged by: ``behaviour`` with ``behaviour_key``, and ``behaviour_how``
+  None when it is the release's own row, else how it was chosen, _policy.release_behaviour). The fields
   under "decided by rules" start empty; the runner (_gate_rules.run_rules) derives a new
   GateFacts from a rule's ``decided`` before the next rule runs (``facts.replace(...)``), so a
   later rule reads what an earlier one decided (the effective arguments after an auto-fix, the
@@ -35,6 +37,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy im
     compare_versions,
     format_cc,
     parse_version,
+    release_behaviour,
 )
 
 GIB = 1024 ** 3
@@ -46,12 +49,13 @@ _INPUT_FIELDS = (
     "gpus", "known", "distinct", "lowest", "lost_gpus",
     "driver", "driver_text", "cuda_driver", "nvlink", "driver_library_mismatch", "require_cuda_enforced",
     "runtime_mode_why",
-    "image", "version", "release_key", "release",
+    "image", "version", "release_key", "release", "behaviour_key", "behaviour", "behaviour_how",
     "model", "model_raw", "args", "vllm_raw",
 )
 # Decided by rules, with their value before any rule ran.
 DECIDED_DEFAULTS = (
     ("effective", None),             # the vLLM arguments after auto-fixes (starts as the request's)
+    ("served_dtype", None),          # the dtype vLLM serves in (after dtype auto and the fix), None: unknown
     ("arch_keys", ()),               # the policy's architectures of the GPUs
     ("driver_requirements", None),   # what the driver must be for these GPUs
     ("host_cuda", None),             # the driver's CUDA level (tuple)
@@ -120,11 +124,13 @@ def gate_facts(inputs, today):
     distinct = _distinct(known)
     version = inputs["image"]["vllm_version"]
     release_key, release = release_for(policy, version)
+    behaviour_key, behaviour, behaviour_how = release_behaviour(policy.get("release_behaviour") or {}, version)
     values = dict((name, inputs.get(name)) for name in _INPUT_FIELDS)
     values.update(policy=policy, settings=policy["settings"], today=today, args=inputs["vllm"],
                   gpus=tuple(inputs["gpus"]), known=known,
                   distinct=distinct, lowest=distinct[0] if distinct else None,
-                  lost_gpus=tuple(inputs["lost_gpus"]), version=version, release_key=release_key, release=release)
+                  lost_gpus=tuple(inputs["lost_gpus"]), version=version, release_key=release_key, release=release,
+                  behaviour_key=behaviour_key, behaviour=behaviour, behaviour_how=behaviour_how)
     values.update(DECIDED_DEFAULTS)
     values["effective"] = MappingProxyType(dict(inputs["vllm_raw"]))
     return GateFacts(**values)
@@ -167,16 +173,30 @@ def quant_method(facts):
     return None, None
 
 
-def effective_dtype_bytes(facts):
-    """Bytes per element of the dtype the deployment serves in (after the dtype rule's auto-fix);
-    auto follows the checkpoint (float32 checkpoints and unknown ones: float16)."""
+def behaviour_value(facts, kind):
+    """The value of the release-behaviour cell ``kind`` (memory_profile, dtype_auto, quant_marlin,
+    forward_compat) the image's release is judged by; {} when the policy has none."""
+    cell = (facts.behaviour or {}).get(kind) or {}
+    return cell.get("value") or {}
+
+
+def served_dtype(facts):
+    """The dtype vLLM serves in: the dtype rule's decision (``served_dtype``), else the effective
+    dtype, auto following the checkpoint (float32: float16); None when unknown."""
+    if facts.served_dtype:
+        return facts.served_dtype
     dtype = facts.effective.get("dtype")
     dtype = dtype.strip().lower() if isinstance(dtype, str) else "auto"
     dtype = DTYPE_ALIASES.get(dtype, dtype)
     if dtype == "auto":
         torch_dtype = facts.model["torch_dtype"]
-        dtype = "float16" if torch_dtype in (None, "float32") else torch_dtype
-    entry = facts.policy["dtypes"].get(dtype)
+        return "float16" if torch_dtype == "float32" else torch_dtype
+    return dtype
+
+
+def effective_dtype_bytes(facts):
+    """Bytes per element of the dtype the deployment serves in (served_dtype; unknown: float16)."""
+    entry = facts.policy["dtypes"].get(served_dtype(facts) or "float16")
     return entry["bytes"] if entry else 2
 
 

@@ -334,6 +334,9 @@ def _model_inputs(model):
     mdl["quant_method"] = canonical_quant(mdl["quant_method_text"])
     scheme = to_str(model.get("quant_scheme"), "model.quant_scheme", allow_numbers=False)
     mdl["quant_scheme"] = scheme.strip().lower() if scheme and scheme.strip() else None
+    for key in ("quant_sym", "quant_desc_act", "quant_zero_point"):
+        # GPTQ / AWQ quantization_config keys vLLM's Marlin conversion reads (model_facts).
+        mdl[key] = to_bool(model.get(key), "model.%s" % key)
     for key in ("num_hidden_layers", "num_key_value_heads", "head_dim", "max_position_embeddings",
                 "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size"):
         mdl[key] = _to_int(model.get(key), "model.%s" % key, minimum=1, maximum=2 ** 40)

@@ -57,8 +57,9 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._vllm_star
 Rule = namedtuple("Rule", ("name", "check", "reasons", "warnings", "decides", "source"))
 
 RULES = (
-    Rule("vllm_version", rule_vllm_version, (), ("VLLM_VERSION_UNKNOWN",), (),
-         "image.vllm_version (vllm_image_facts); version tables fall back to their most lenient row"),
+    Rule("vllm_version", rule_vllm_version, (), ("VLLM_VERSION_UNKNOWN", "RELEASE_BEHAVIOUR_ASSUMED"), (),
+         "image.vllm_version (vllm_image_facts); version tables fall back to their most lenient row; policy "
+         "release_behaviour (the row a release without its own is judged by: _policy.release_behaviour)"),
     Rule("lost_gpus", rule_lost_gpus, ("GPU_LOST",), (), (),
          "gpu_facts lost_gpus: nvidia-smi 'GPU is lost', Xid 79 (NVIDIA Xid catalogue)"),
     Rule("gpus", rule_gpus, ("NO_GPU", "COMPUTE_CAPABILITY_UNKNOWN", "HETEROGENEOUS_GPUS"), ("GPU_MEMORY_UNEVEN",), (),
@@ -75,16 +76,19 @@ RULES = (
     Rule("image_cuda", rule_image_cuda, ("DRIVER_TOO_OLD_FOR_IMAGE",),
          ("CUDA_MINOR_VERSION_COMPAT", "FORWARD_COMPAT_REQUIRED", "REQUIRE_CUDA_UNDECIDED"), ("forward_compat",),
          "image NVIDIA_REQUIRE_CUDA as the container toolkit's legacy hook reads it (host_facts "
-         "require_cuda_enforcement); policy minor_version_compatibility and cuda_toolkits (S-MVC)"),
+         "require_cuda_enforcement); policy minor_version_compatibility and cuda_toolkits (S-MVC), "
+         "forward_compat_support (S-FWD: data-center GPUs only) and release_behaviour forward_compat"),
     Rule("image_arch", rule_image_arch, ("IMAGE_LACKS_ARCH", "PTX_NEWER_THAN_DRIVER"), ("PTX_JIT_ONLY",), (),
          "image arch list (vllm_image_facts) or policy vllm_releases[*].vllm_arch; policy cuda_min_target_cc, "
          "torch_without_sm70"),
     Rule("dtype", rule_dtype, ("DTYPE_UNSUPPORTED", "KV_CACHE_DTYPE_UNSUPPORTED"),
-         ("DTYPE_AUTOFIXED", "DTYPE_AUTO_UNRESOLVED", "KV_CACHE_DTYPE_UNVERIFIED"), ("effective",),
-         "policy dtypes[*].min_cc, kv_cache_dtypes_by_release (vLLM CacheDType), FP8_KV_CACHE_VERIFIED_MIN_CC; "
+         ("DTYPE_AUTOFIXED", "DTYPE_AUTO_UNRESOLVED", "KV_CACHE_DTYPE_UNVERIFIED"), ("effective", "served_dtype"),
+         "policy release_behaviour dtype_auto (_get_and_verify_dtype / _resolve_auto_dtype per release), "
+         "dtypes[*].min_cc, kv_cache_dtypes_by_release (vLLM CacheDType), FP8_KV_CACHE_VERIFIED_MIN_CC; "
          "settings.auto_fix"),
     Rule("quantization_mismatch", rule_quantization_mismatch, ("QUANTIZATION_MISMATCH",), (), (),
-         "vllm@0.8.5:vllm/config.py:815-820 (ModelConfig._verify_quantization)"),
+         "vllm@0.8.5:vllm/config.py:815-820 (ModelConfig._verify_quantization); policy release_behaviour "
+         "quant_marlin (a Marlin method asked for that the checkpoint does not convert to)"),
     Rule("quantization_known", rule_quantization_known, (), ("QUANTIZATION_UNKNOWN_TO_POLICY",), (),
          "policy quantization"),
     Rule("quantization_arch", rule_quantization_arch, ("QUANTIZATION_UNSUPPORTED_ON_ARCH",), (), (),
@@ -93,7 +97,8 @@ RULES = (
          ("QUANTIZATION_UNKNOWN_TO_IMAGE", "QUANTIZATION_UNSUPPORTED_ON_ARCH"), ("QUANTIZATION_SCHEME_UNCHECKED",), (),
          "policy compressed_tensors_schemes (CompressedTensorsConfig._check_scheme_supported); model_facts quant_scheme"),
     Rule("quantization_act_dtype", rule_quantization_act_dtype, ("QUANTIZATION_DTYPE_UNSUPPORTED",), (), (),
-         "policy quantization[*].act_dtypes (get_supported_act_dtypes; vllm@0.8.5:vllm/config.py:3810-3815)"),
+         "policy quantization[*].act_dtypes (get_supported_act_dtypes; vllm@0.8.5:vllm/config.py:3810-3815) of the "
+         "method the release serves with (release_behaviour quant_marlin: GPTQ/AWQ on gptq_marlin/awq_marlin)"),
     Rule("quant_group_size", rule_quant_group_size, ("QUANT_GROUP_SIZE_UNSUPPORTED",), (), (),
          "policy quantization.gptq.group_size_multiple (csrc/quantization/gptq/q_gemm.cu)"),
     Rule("quantization_in_image", rule_quantization_in_image, ("QUANTIZATION_UNKNOWN_TO_IMAGE",), (), (),
@@ -104,7 +109,8 @@ RULES = (
          "_vllm_startup.CHECKS: vLLM 0.8.5 / 0.19.1 startup validation, path:line per check"),
     Rule("memory_plan", rule_memory_plan, ("INSUFFICIENT_VRAM",), ("WEIGHTS_ESTIMATED", "MEMORY_PLAN_INCOMPLETE"),
          ("plan",),
-         "_vllm_memory.profile_reserve (vLLM's determine_num_available_blocks), policy memory, dtypes and "
+         "_vllm_memory.profile_reserve (vLLM's determine_num_available_blocks) as the release runs it (policy "
+         "release_behaviour memory_profile: engine, profile run), policy memory, dtypes, KV_CACHE_TOO_SMALL and "
          "quantization[*].bytes_per_param; docs/deploy_gate.md 'Memory plan'"),
 )
 

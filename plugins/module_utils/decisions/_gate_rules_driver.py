@@ -22,6 +22,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_facts import (
+    behaviour_value,
     clip,
     finding,
     findings,
@@ -37,6 +38,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy im
     evaluate_require_cuda,
     format_cc,
     format_require_alternative,
+    forward_compat_support,
     is_ascii_digits,
     max_cuda_for_branch,
     parse_cc,
@@ -293,15 +295,65 @@ def _require_cuda_results(facts, alternatives):
     return results
 
 
+def _compat_switch(facts):
+    """How the image's release brings its cuda-compat libraries in (policy release_behaviour
+    forward_compat), in words."""
+    compat = behaviour_value(facts, "forward_compat") if facts.version is not None else {}
+    if compat.get("compat_libs") == "opt_in":
+        return ("%s's image loads them only with -e %s=1 in the container's environment"
+                % (facts.vllm_label, compat.get("env") or "VLLM_ENABLE_CUDA_COMPATIBILITY"))
+    if compat.get("compat_libs") == "build":
+        return "%s's image wires them in when it is built, nothing to set" % facts.vllm_label
+    return ("images before vLLM 0.17 wire them in when built; from 0.17 they need -e "
+            "VLLM_ENABLE_CUDA_COMPATIBILITY=1")
+
+
+def _forward_compat(facts, levels, results):
+    """The image runs only through its cuda-compat libraries (the driver is below the major's
+    floor): (reason, warning). By the GPUs' brands (policy forward_compat_support, NVIDIA's list):
+    a consumer GPU (GeForce, TITAN) cannot use them, so DRIVER_TOO_OLD_FOR_IMAGE; a data-center GPU,
+    or a professional one (only select SKUs), FORWARD_COMPAT_REQUIRED."""
+    major, floor = levels["major"], levels["floor"]
+    clause = format_require_alternative(results[0][1][0])
+    table = facts.policy.get("forward_compat_support")
+    kinds = [(forward_compat_support(brand, table), brand, gpu) for _result, _matched, brand, gpu in results]
+    consumer = [(brand, gpu) for kind, brand, gpu in kinds if kind == "consumer"]
+    head = ("the container runtime admits this image on driver %s (%s) only through the clause '%s' of "
+            "NVIDIA_REQUIRE_CUDA, and the driver is below CUDA %s's minor-version-compatibility floor (%s)"
+            % (facts.driver_text, levels["host_label"], clause, major or "?", fmt_version(floor) if floor else "?"))
+    if consumer:
+        brand, gpu = consumer[0]
+        return finding(
+            "DRIVER_TOO_OLD_FOR_IMAGE",
+            "%s, so only the image's cuda-compat libraries could run it; forward compatibility works only on "
+            "NVIDIA data-center GPUs, select NGC Server Ready RTX SKUs and Jetson boards (NVIDIA CUDA Compatibility "
+            "guide, 'Forward Compatibility'), not on %s (brand %s): CUDA fails at startup with error 804 "
+            "'forward compatibility was attempted on non supported HW': %s"
+            % (head, gpu_label(gpu) if gpu else "this GPU", brand,
+               _driver_fix(facts, levels["cuda"]) if levels["cuda"] else "install a newer driver")), None
+    select = [(brand, gpu) for kind, brand, gpu in kinds if kind == "select"]
+    caveat = ""
+    if select:
+        brand, gpu = select[0]
+        caveat = ("; %s (brand %s) is a professional card, where it works only on the select NGC Server Ready "
+                  "SKUs: check that this one is" % (gpu_label(gpu) if gpu else "this GPU", brand))
+    return None, finding(
+        "FORWARD_COMPAT_REQUIRED",
+        "%s: the image runs only with its cuda-compat libraries, which work on data-center GPUs only (%s)%s; a "
+        "driver of %s or newer avoids this"
+        % (head, _compat_switch(facts), caveat, fmt_version(floor) if floor else "a newer branch"))
+
+
 def _admitted(facts, levels, results):
-    """The runtime admits the image: (warning or None, native_ok, forward_compat, mvc_warned).
+    """The runtime admits the image: (reason, warning, native_ok, forward_compat, mvc_warned).
     Through a brand clause only, the driver's place against the major's floor decides: at or
     above it, minor-version compatibility (CUDA_MINOR_VERSION_COMPAT); below, the image's
-    cuda-compat libraries (FORWARD_COMPAT_REQUIRED)."""
+    cuda-compat libraries (_forward_compat: FORWARD_COMPAT_REQUIRED, or a refusal on a GPU they
+    do not work on)."""
     cuda, major, floor = levels["cuda"], levels["major"], levels["floor"]
     native = all(any(all(c[0] in ("cuda", "arch") for c in alt) for alt in r[1]) for r in results)
     if native:
-        return None, True, False, False
+        return None, None, True, False, False
     clause = format_require_alternative(results[0][1][0])
     if floor is not None and compare_versions(facts.driver, floor) >= 0:
         # The brand clause lets the runtime admit it; the CUDA runtime then runs through
@@ -318,17 +370,9 @@ def _admitted(facts, levels, results):
                 "than the driver cannot be JIT-compiled; a driver with CUDA %s or newer lifts that"
                 % (facts.driver_text, levels["host_label"], clause, fmt_version(cuda) if cuda else "?", major,
                    fmt_version(floor), fmt_version(cuda[:2]) if cuda else "?"))
-        return warning, True, False, True
-    warning = finding(
-        "FORWARD_COMPAT_REQUIRED",
-        "the container runtime admits this image on driver %s (%s) only through the clause "
-        "'%s' of NVIDIA_REQUIRE_CUDA, and the driver is below CUDA %s's minor-version-"
-        "compatibility floor (%s): the image runs only with its cuda-compat libraries, on "
-        "data-center GPUs only (vLLM >= 0.17 images: -e VLLM_ENABLE_CUDA_COMPATIBILITY=1); a "
-        "driver of %s or newer avoids this"
-        % (facts.driver_text, levels["host_label"], clause, major or "?",
-           fmt_version(floor) if floor else "?", fmt_version(floor) if floor else "a newer branch"))
-    return warning, False, True, False
+        return None, warning, True, False, True
+    reason, warning = _forward_compat(facts, levels, results)
+    return reason, warning, False, reason is None, False
 
 
 def _refused(facts, levels, results, alternatives):
@@ -410,6 +454,8 @@ def _below_floor(facts, levels, native_ok, mvc_warned):
 def rule_image_cuda(facts):
     """DRIVER_TOO_OLD_FOR_IMAGE, CUDA_MINOR_VERSION_COMPAT, FORWARD_COMPAT_REQUIRED,
     REQUIRE_CUDA_UNDECIDED: the image's CUDA on the driver (after rule_driver: reads host_cuda).
+    Forward compatibility only where NVIDIA supports it (policy forward_compat_support, by brand:
+    a GeForce admitted through a brand clause is refused), with the release's cuda-compat switch.
     NVIDIA_REQUIRE_CUDA counts only where the runtime reads it (require_cuda_enforced not False).
     Decides ``forward_compat`` (the image runs only through its cuda-compat libraries)."""
     if facts.driver is None:
@@ -426,7 +472,9 @@ def rule_image_cuda(facts):
         results = _require_cuda_results(facts, alternatives)
         values = set(r[0] for r in results)
         if values == set([True]):
-            warning, native_ok, forward_compat, mvc_warned = _admitted(facts, levels, results)
+            reason, warning, native_ok, forward_compat, mvc_warned = _admitted(facts, levels, results)
+            if reason:
+                return findings([reason])
             warnings.extend([warning] if warning else [])
         elif False in values:
             return findings([_refused(facts, levels, results, alternatives)])

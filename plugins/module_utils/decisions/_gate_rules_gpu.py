@@ -25,6 +25,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_fact
 )
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
     arch_for_cc,
+    describe_behaviour,
     format_cc,
     parse_cc,
     parse_version,
@@ -32,13 +33,36 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy im
 )
 
 
+def _assumed_behaviour(facts):
+    """'memory profile: ...; dtype auto: ...; ...' of the release-behaviour row the gate used."""
+    labels = (("memory_profile", "memory profile"), ("dtype_auto", "dtype auto"),
+              ("quant_marlin", "GPTQ/AWQ on Marlin"), ("forward_compat", "forward compatibility"))
+    row = facts.behaviour or {}
+    return "; ".join("%s: %s" % (label, describe_behaviour(kind, row[kind]["value"]))
+                     for kind, label in labels if kind in row)
+
+
+_HOW = {"line": "the row of its minor line", "older": "the newest row before it",
+        "oldest": "the oldest row (it is older than every row)"}
+
+
 def rule_vllm_version(facts):
-    """VLLM_VERSION_UNKNOWN: image.vllm_version is given but is no version number."""
+    """VLLM_VERSION_UNKNOWN: image.vllm_version is given but is no version number (judged as the
+    default release's behaviour); RELEASE_BEHAVIOUR_ASSUMED: a version without a row of its own in
+    the policy's release-behaviour table, judged by another release's row, which the warning names."""
     if facts.image["vllm_version_text"] and facts.version is None:
         return findings(warnings=[finding(
             "VLLM_VERSION_UNKNOWN",
             "image.vllm_version %r is not a version number; version-dependent checks used the most "
-            "lenient values" % facts.image["vllm_version_text"])])
+            "lenient values, and the release behaviour of vLLM %s (the reference release) was assumed"
+            % (facts.image["vllm_version_text"], facts.behaviour_key))])
+    if facts.version is not None and facts.behaviour_how is not None and facts.behaviour_key:
+        return findings(warnings=[finding(
+            "RELEASE_BEHAVIOUR_ASSUMED",
+            "vLLM %s has no row in the policy's release-behaviour table, so the gate judged it as vLLM %s "
+            "behaves (%s): %s; check these against the release's source, or deploy a release the table "
+            "has" % (".".join(str(p) for p in facts.version), facts.behaviour_key, _HOW.get(facts.behaviour_how, "?"),
+                     _assumed_behaviour(facts)))])
     return findings()
 
 

@@ -23,6 +23,7 @@ import math
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_facts import (
     GIB,
     MIB,
+    behaviour_value,
     effective_dtype_bytes,
     enforce_eager,
     finding,
@@ -32,7 +33,9 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_fact
 )
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
     KV_CACHE_DTYPES,
+    KV_CACHE_TOO_SMALL,
     is_ascii_digits,
+    parse_version,
     resolve_quant,
 )
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._vllm_memory import profile_reserve
@@ -62,9 +65,21 @@ def _max_len(facts):
     return facts.args["max_model_len"] or facts.model["max_position_embeddings"]
 
 
+def _release_engine(facts):
+    """The engine the image's release runs on the lowest GPU (policy release_behaviour
+    memory_profile engine): True for V1, False for V0, None when the GPU is unknown."""
+    engine = behaviour_value(facts, "memory_profile").get("engine")
+    if engine == "v1_from_8_0":
+        return facts.lowest["cc"] >= (8, 0) if facts.lowest else None
+    return {"v0": False, "v1": True}.get(engine)
+
+
 def gate_profile_reserve(facts, memory_mib):
     """vLLM's own non-KV reserve (the profile run's activation peak and non-torch memory),
-    modelled from the model's config and the arguments (_vllm_memory.profile_reserve)."""
+    modelled from the model's config and the arguments (_vllm_memory.profile_reserve) as the
+    image's release runs it (policy release_behaviour memory_profile: the engine, the modelled
+    line's profile run, V0's chunked-prefill batch)."""
+    profile = behaviour_value(facts, "memory_profile")
     raw = facts.vllm_raw
     gpu = facts.lowest
     model = dict((k, facts.model[k]) for k in _PROFILE_MODEL_KEYS)
@@ -83,8 +98,11 @@ def gate_profile_reserve(facts, memory_mib):
         "gpu_memory_mib": memory_mib,
         "gpu_name": gpu["name"] if gpu else None,
         "quantization": quant_method(facts)[0],
+        "vllm_use_v1": _release_engine(facts),
+        "v0_chunked_batched_tokens": profile.get("v0_chunked_tokens"),
     }
-    return profile_reserve(model, args, facts.version)
+    line = parse_version(profile["line"]) if profile.get("line") else facts.version
+    return profile_reserve(model, args, line)
 
 
 def _budget(facts):
@@ -193,17 +211,35 @@ def _budget_text(budget):
                                                               gib(budget["reserve"]))
 
 
-def _sequence_too_long(budget, fit, max_len):
+def _vllm_says(facts, budget, fit, max_len):
+    """'; vLLM 0.6.3 (V0 engine, a profile run of 32768 tokens) stops at startup with "..."' (the
+    engine's own error, policy KV_CACHE_TOO_SMALL), or '' when the engine is not known."""
+    profile = budget["profile"]
+    said = KV_CACHE_TOO_SMALL.get(profile.get("engine"))
+    if said is None or budget["reserve_source"] == "policy.reserve_mib":
+        return ""
+    text = said["text"].format(max_len=max_len, tokens=fit["kv_cache_tokens"],
+                               needed="%.2f" % (fit["sequence_kv_bytes_per_gpu"] / GIB),
+                               available="%.2f" % (fit["kv_cache_bytes_per_gpu"] / GIB))
+    run = ""
+    if profile.get("profile_tokens"):
+        run = ", a profile run of %d tokens%s" % (profile["profile_tokens"], " in one pass" if not profile.get(
+            "chunked_prefill") else "")
+    return "; %s (%s engine%s) stops at startup with '%s'" % (facts.vllm_label, profile["engine"].upper(), run, text)
+
+
+def _sequence_too_long(facts, budget, fit, max_len):
     """INSUFFICIENT_VRAM for a KV cache of one max_model_len sequence larger than what is left,
-    with the max_model_len that fits."""
+    with the max_model_len that fits and what the release's engine says."""
     kv_tokens = fit["kv_cache_tokens"]
     suggest = (kv_tokens // 1024) * 1024 if kv_tokens >= 1024 else (kv_tokens // 16) * 16
     return finding("INSUFFICIENT_VRAM",
                    "the KV cache for one %d-token sequence needs %s per GPU but only %s is "
                    "left after %s of weights (usable %s per GPU = %s): lower max_model_len "
-                   "to %d or less, raise gpu_memory_utilization, or add GPUs"
+                   "to %d or less, raise gpu_memory_utilization, or add GPUs%s"
                    % (max_len, gib(fit["sequence_kv_bytes_per_gpu"]), gib(fit["kv_cache_bytes_per_gpu"]),
-                      gib(fit["weights_bytes_per_gpu"]), gib(budget["usable"]), _budget_text(budget), suggest))
+                      gib(fit["weights_bytes_per_gpu"]), gib(budget["usable"]), _budget_text(budget), suggest,
+                      _vllm_says(facts, budget, fit, max_len)))
 
 
 def _fit(facts, budget, weights, per_gpu, offload, per_token):
@@ -228,7 +264,7 @@ def _fit(facts, budget, weights, per_gpu, offload, per_token):
             if fit["fits_one_sequence"] is None:
                 fit.update(fits_one_sequence=seq_bytes <= kv_budget, max_concurrent_full_sequences=kv_budget // seq_bytes)
                 if not fit["fits_one_sequence"]:
-                    reasons.append(_sequence_too_long(budget, fit, max_len))
+                    reasons.append(_sequence_too_long(facts, budget, fit, max_len))
     return fit, reasons
 
 

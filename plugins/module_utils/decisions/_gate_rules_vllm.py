@@ -18,7 +18,15 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_facts import enforce_eager, finding, findings, gpu_label, quant_method
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_facts import (
+    behaviour_value,
+    enforce_eager,
+    finding,
+    findings,
+    gpu_label,
+    quant_method,
+    served_dtype,
+)
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_inputs import GateInputError
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._vllm_startup import StartupInputError, startup_checks
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
@@ -31,7 +39,9 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy im
     kv_cache_dtypes_for,
     parse_cc,
     parse_version,
+    resolve_auto_dtype,
     resolve_quant,
+    supported_dtypes,
     value_for_version,
 )
 
@@ -49,43 +59,66 @@ _CT_KEYS = ("compressed_tensors",)
 # ---------------------------------------------------------------------------------------------
 
 
+def _model_type(facts):
+    """config.json's model_type as vLLM compares it, or None."""
+    model_type = facts.model_raw.get("model_type")
+    return model_type.strip() if isinstance(model_type, str) and model_type.strip() else None
+
+
+def _auto_fix_warning(facts, gpu, what, target, rule, model_type):
+    """DTYPE_AUTOFIXED for a dtype the release would refuse on ``gpu`` (no bfloat16)."""
+    why = ""
+    if target != "float16" and model_type in rule.get("float16_refused_model_types", []):
+        why = " (%s refuses float16 for %s: numerical instability)" % (facts.vllm_label, model_type)
+    return finding("DTYPE_AUTOFIXED", "%s has no bfloat16; %s was changed to %s (--dtype %s)%s"
+                   % (gpu_label(gpu), what, target, target, why))
+
+
 def _serving_dtype(facts, gpu, auto_fix):
-    """The served dtype on ``gpu``: (reasons, warnings, fixes, final dtype, has bfloat16). dtype
-    auto/bfloat16 below bfloat16's compute capability becomes float16 when auto_fix is on."""
+    """The served dtype on ``gpu`` by the release's dtype_auto rule (policy release_behaviour):
+    (reasons, warnings, fixes, final dtype or None, has bfloat16). Where the release would fail
+    (bfloat16 on a GPU without it: asked for, or dtype auto of a bfloat16 checkpoint in a release
+    that keeps the checkpoint's dtype) auto_fix writes the dtype the release falls back to
+    (float16, or float32 for a model it refuses float16 for); where the release resolves auto by
+    itself to another dtype than the checkpoint's on such a GPU, auto_fix pins what it picks."""
     dtypes = facts.policy["dtypes"]
+    rule = behaviour_value(facts, "dtype_auto") or {"rule": "checkpoint"}
+    platform = rule.get("rule") == "platform"
+    model_type = _model_type(facts)
     requested = facts.args["dtype"] or "auto"
     name = DTYPE_ALIASES.get(requested, requested)
-    torch_dtype = facts.model["torch_dtype"]
-    bf16_need = parse_cc(dtypes.get("bfloat16", {}).get("min_cc", "8.0"))
+    torch_dtype = facts.model["torch_dtype"] if facts.model["torch_dtype"] in dtypes else None
     if name == "auto":
-        if torch_dtype in ("float32",):
-            resolved = "float16"
-        elif torch_dtype in dtypes:
-            resolved = torch_dtype
-        else:
-            resolved = None
+        resolved, how = resolve_auto_dtype(rule, model_type, torch_dtype, gpu["cc"], dtypes)
     else:
-        resolved = name
-    has_bf16 = not gpu["cc"] < bf16_need
+        resolved, how = name, None
+    fallback = (resolve_auto_dtype(rule, model_type, "float32", gpu["cc"], dtypes)[0] if platform else None) or "float16"
+    has_bf16 = "bfloat16" in supported_dtypes(gpu["cc"], dtypes)
     reasons, warnings, fixes = [], [], {}
     if not has_bf16 and (resolved == "bfloat16" or (name == "auto" and resolved is None)):
         what = "dtype %s" % requested if name != "auto" else (
             "dtype auto (the checkpoint is bfloat16)" if resolved == "bfloat16"
             else "dtype auto (checkpoint dtype unknown)")
         if auto_fix:
-            fixes["dtype"] = "float16"
-            warnings.append(finding("DTYPE_AUTOFIXED", "%s has no bfloat16; %s was changed to float16 (--dtype float16)"
-                                    % (gpu_label(gpu), what)))
+            fixes["dtype"] = fallback
+            warnings.append(_auto_fix_warning(facts, gpu, what, fixes["dtype"], rule, model_type))
         elif resolved == "bfloat16":
-            reasons.append(finding("DTYPE_UNSUPPORTED",
-                                   "%s has no bfloat16; use --dtype float16 (vllm.dtype: float16)" % gpu_label(gpu)))
+            reasons.append(finding("DTYPE_UNSUPPORTED", "%s has no bfloat16; use --dtype %s (vllm.dtype: %s)"
+                                   % (gpu_label(gpu), fallback, fallback)))
         else:
             warnings.append(finding(
                 "DTYPE_AUTO_UNRESOLVED",
                 "%s has no bfloat16 and the checkpoint dtype is unknown: if it is bfloat16, older vLLM "
                 "releases refuse to start; set vllm.dtype to float16" % gpu_label(gpu)))
-    effective = fixes.get("dtype", facts.effective.get("dtype"))
-    final = effective if effective == "float16" else resolved
+    elif (platform and name == "auto" and auto_fix and not has_bf16 and resolved and resolved != torch_dtype
+          and not (torch_dtype == "float32" and resolved == "float16")):
+        fixes["dtype"] = resolved
+        warnings.append(finding(
+            "DTYPE_AUTOFIXED", "%s has no bfloat16; dtype auto (%s) was changed to %s (--dtype %s), the dtype %s "
+                               "itself resolves auto to on this GPU: %s" % (
+                                   gpu_label(gpu), "the checkpoint is %s" % torch_dtype if torch_dtype
+                                   else "checkpoint dtype unknown", resolved, resolved, facts.vllm_label, how)))
+    final = fixes.get("dtype") or resolved
     if final in dtypes and final != "bfloat16" and gpu["cc"] < parse_cc(dtypes[final]["min_cc"]):
         reasons.append(finding("DTYPE_UNSUPPORTED", "%s does not support %s (needs compute capability %s): use --dtype "
                                                     "float32" % (gpu_label(gpu), final, dtypes[final]["min_cc"])))
@@ -129,8 +162,10 @@ def _kv_cache_dtype(facts, gpu, auto_fix, final, has_bf16):
 
 def rule_dtype(facts):
     """DTYPE_UNSUPPORTED, KV_CACHE_DTYPE_UNSUPPORTED, DTYPE_AUTOFIXED, DTYPE_AUTO_UNRESOLVED,
-    KV_CACHE_DTYPE_UNVERIFIED on the lowest GPU. With policy auto_fix (default on) it decides
-    ``effective`` (dtype float16, kv_cache_dtype auto) instead of refusing."""
+    KV_CACHE_DTYPE_UNVERIFIED on the lowest GPU, by the release's dtype auto rule (policy
+    release_behaviour dtype_auto). Decides ``served_dtype`` (the dtype vLLM serves in, when known)
+    and, with policy auto_fix (default on), ``effective`` (dtype the release's fallback,
+    kv_cache_dtype auto) instead of refusing."""
     gpu = facts.lowest
     if gpu is None:
         return findings()
@@ -138,9 +173,10 @@ def rule_dtype(facts):
     reasons, warnings, fixes, final, has_bf16 = _serving_dtype(facts, gpu, auto_fix)
     kv_reasons, kv_warnings, kv_fixes = _kv_cache_dtype(facts, gpu, auto_fix, final, has_bf16)
     fixes.update(kv_fixes)
-    if not fixes:
-        return findings(reasons + kv_reasons, warnings + kv_warnings)
-    return findings(reasons + kv_reasons, warnings + kv_warnings, effective=dict(facts.effective, **fixes))
+    decided = {"served_dtype": final} if final else {}
+    if fixes:
+        decided["effective"] = dict(facts.effective, **fixes)
+    return findings(reasons + kv_reasons, warnings + kv_warnings, **decided)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,16 +208,30 @@ def rule_quantization_mismatch(facts):
     declared = facts.model["quant_method"]
     if not requested or not declared:
         return findings()
-    if _quant_family(resolve_quant(facts.policy, requested)[0]) == _quant_family(resolve_quant(facts.policy, declared)[0]):
-        return findings()
     asked, read = facts.args["quantization_text"], facts.model["quant_method_text"]
+    words = ("vLLM refuses that at startup ('Quantization method specified in the model config (%s) does not "
+             "match the quantization method specified in the `quantization` argument (%s)', "
+             "vllm@0.8.5:vllm/config.py:815-820)" % (read, asked))
+    requested_key = resolve_quant(facts.policy, requested)[0]
+    family, conv = _marlin_family(facts)
+    if family and requested_key in conv["user_values"]:
+        # vLLM takes the Marlin method only when the checkpoint converts to it (the override). A
+        # compute capability below it is QUANTIZATION_UNSUPPORTED_ON_ARCH's; a key the model input
+        # does not carry is not known to block it.
+        blocker, kind = _marlin_blocker(facts, family, conv)
+        if kind != "checkpoint":
+            return findings()
+        return findings([finding(
+            "QUANTIZATION_MISMATCH",
+            "vllm.quantization %s asks for %s, but %s converts this %s checkpoint to it only when it can (%s), "
+            "so the method stays %s and %s: drop vllm.quantization, or set it to %s"
+            % (asked, conv["to"], facts.vllm_label, family.upper(), blocker, read, words, read))])
+    if _quant_family(requested_key) == _quant_family(resolve_quant(facts.policy, declared)[0]):
+        return findings()
     return findings([finding(
         "QUANTIZATION_MISMATCH",
-        "vllm.quantization %s differs from the checkpoint's quant_method %s, and vLLM refuses "
-        "that at startup ('Quantization method specified in the model config (%s) does not "
-        "match the quantization method specified in the `quantization` argument (%s)', "
-        "vllm@0.8.5:vllm/config.py:815-820): drop vllm.quantization (vLLM reads the "
-        "checkpoint's) or set it to %s" % (asked, read, read, asked, read))])
+        "vllm.quantization %s differs from the checkpoint's quant_method %s, and %s: drop vllm.quantization (vLLM "
+        "reads the checkpoint's) or set it to %s" % (asked, read, words, read))])
 
 
 def _usable_methods(policy, cc, version):
@@ -335,32 +385,111 @@ def _value_since(table, version):
     return table[chosen]
 
 
-def rule_quantization_act_dtype(facts):
-    """QUANTIZATION_DTYPE_UNSUPPORTED: the method does not run with the served dtype (policy
-    quantization[*].act_dtypes, get_supported_act_dtypes; after rule_dtype's auto-fix)."""
+def _plain_int(value):
+    """An int that is no bool, else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _marlin_blocker(facts, family, conv):
+    """Why the release does not serve this GPTQ/AWQ checkpoint with its Marlin method on the lowest
+    GPU: (None, None) when it does, else (the reason in words, its kind): "cc" (the GPU is below
+    the Marlin method's minimum), "checkpoint" (the quantization config rules it out, or leaves out
+    a key vLLM needs: model_facts reports such a key as null) or "unknown" (the model input does
+    not carry the key at all)."""
+    gpu = facts.lowest
+    to_entry = resolve_quant(facts.policy, conv["to"])[1]
+    need = value_for_version(to_entry.get("min_cc", {}), facts.version) if to_entry else None
+    if gpu is None or need is None:
+        return "the GPU or %s's minimum compute capability is unknown" % conv["to"], "unknown"
+    if gpu["cc"] < need:
+        return "%s needs compute capability %s in %s" % (conv["to"], format_cc(need), facts.vllm_label), "cc"
+    raw = facts.model_raw
+
+    def missing(field, label):
+        if field not in raw:
+            return "the model input does not give its %s (model_facts %s)" % (label, field), "unknown"
+        return "its quantization_config declares no %s" % label, "checkpoint"
+
+    for field, label, values in (("quant_bits", "bits", conv["bits"]),
+                                 ("quant_group_size", "group_size", conv["group_sizes"])):
+        value = _plain_int(raw.get(field))
+        if value is None:
+            return missing(field, label)
+        if value not in values:
+            return "its %s is %d, not %s" % (label, value, " or ".join(str(v) for v in values)), "checkpoint"
+    for key, want in sorted(conv.get("require", {}).items()):
+        value = facts.model["quant_%s" % key]
+        if value is None:
+            return missing("quant_%s" % key, key)
+        if value is not want:
+            return "its quantization_config has %s %s (%s needs %s)" % (
+                key, str(value).lower(), conv["to"], str(want).lower()), "checkpoint"
+    for key in conv.get("declared", []):
+        if facts.model["quant_%s" % key] is None:
+            return missing("quant_%s" % key, key)
+    return None, None
+
+
+def _marlin_family(facts):
+    """(family, conversion) when the checkpoint is GPTQ or AWQ and the release converts such
+    checkpoints (policy release_behaviour quant_marlin), else (None, None)."""
+    declared = resolve_quant(facts.policy, facts.model["quant_method"])[0] if facts.model["quant_method"] else None
+    conv = behaviour_value(facts, "quant_marlin").get(declared) if declared else None
+    return (declared, conv) if conv else (None, None)
+
+
+def served_quant(facts):
+    """What the release serves the checkpoint with: (policy key, entry, as written, note) or None.
+
+    A GPTQ / AWQ checkpoint goes to gptq_marlin / awq_marlin when vllm.quantization is unset or
+    names the Marlin method (GPTQMarlinConfig / AWQMarlinConfig.override_quantization_method) and
+    _marlin_blocker finds nothing; ``note`` then says so. Otherwise the method as requested or
+    declared (_quantization), with ``note`` why Marlin was not used (None when it does not apply).
+    """
     quant = _quantization(facts)
+    if quant is None:
+        return None
+    family, conv = _marlin_family(facts)
+    user = facts.args["quantization"]
+    if family is None or (user is not None and user not in [family] + list(conv["user_values"])):
+        return quant + (None,)
+    if user == family:
+        return quant + ("vllm.quantization %s forces the %s kernels; without it %s would be considered"
+                        % (facts.args["quantization_text"], family, conv["to"]),)
+    blocker = _marlin_blocker(facts, family, conv)[0]
+    if blocker:
+        return quant + ("%s does not serve it with %s: %s" % (facts.vllm_label, conv["to"], blocker),)
+    key, entry = resolve_quant(facts.policy, conv["to"])
+    return key, entry, conv["to"], ("%s serves this %s checkpoint with %s (the checkpoint meets its conditions on "
+                                    "%s)" % (facts.vllm_label, family.upper(), conv["to"], gpu_label(facts.lowest)))
+
+
+def rule_quantization_act_dtype(facts):
+    """QUANTIZATION_DTYPE_UNSUPPORTED: the method the release serves with (served_quant: GPTQ/AWQ
+    on Marlin where the release converts them) does not run with the served dtype (policy
+    quantization[*].act_dtypes, get_supported_act_dtypes; after rule_dtype: served_dtype)."""
+    quant = served_quant(facts)
     if quant is None or quant[1] is None or not quant[1].get("act_dtypes"):
         return findings()
-    key, entry, text = quant
+    key, entry, text, note = quant
     allowed = _value_since(entry["act_dtypes"], facts.version)
     if allowed is None:
         return findings()
-    dtype = facts.effective.get("dtype")
-    dtype = dtype.strip().lower() if isinstance(dtype, str) else "auto"
-    dtype = DTYPE_ALIASES.get(dtype, dtype)
-    if dtype == "auto":
-        torch_dtype = facts.model["torch_dtype"]
-        if torch_dtype is None:
-            return findings()
-        dtype = "float16" if torch_dtype == "float32" else torch_dtype
-    if dtype in allowed:
+    dtype = served_dtype(facts)
+    if dtype is None or dtype in allowed:
         return findings()
+    way_out = "set vllm.dtype to %s" % allowed[0]
+    family, conv = _marlin_family(facts)
+    marlin = resolve_quant(facts.policy, conv["to"])[1] if conv else None
+    if note and marlin and dtype in (_value_since(marlin.get("act_dtypes") or {}, facts.version) or []):
+        # The Marlin method would take this dtype: say why it does not serve the checkpoint.
+        way_out += " (%s)" % note
     return findings([finding(
         "QUANTIZATION_DTYPE_UNSUPPORTED",
         "%s (%s) runs only with dtype %s in %s and the deployment serves %s: vLLM stops at startup "
-        "('%s is not supported for quantization method %s'): set vllm.dtype to %s"
+        "('%s is not supported for quantization method %s'): %s"
         % (entry.get("label", key), text, " or ".join(allowed), facts.vllm_label, dtype,
-           "torch." + dtype, text, allowed[0]))])
+           "torch." + dtype, text, way_out))])
 
 
 def rule_quant_group_size(facts):

@@ -60,6 +60,12 @@ SOURCES = {
                       "determine_num_available_blocks, worker/model_runner.py profile_run; vllm@0.19.1 "
                       "v1/worker/gpu_worker.py determine_available_memory; MEMORY_MODEL_SOURCES lists every line)",
     "S-NIXOS-1880": "NixOS/nixos-hardware#1880 (595.71.05 refusing a Pascal GPU, '580.xx Legacy drivers')",
+    "S-FACTS-3.2": "facts.md 3.2 'Engine and attention on Volta' (vLLM 0.8.5-0.10.1.1 fall back to V0 below "
+                   "compute capability 8.0, 0.10.2 extends V1 to it, 0.11.0 removes V0; dtype auto on a bfloat16 "
+                   "checkpoint in 0.8.5 and 0.19.1)",
+    "S-FACTS-3.3": "facts.md 3.3 'Forward-compat switch' (docker/Dockerfile 'RUN ldconfig /usr/local/cuda-X.Y/compat/' "
+                   "up to 0.13.0 at least; from 0.17.0 ENV VLLM_ENABLE_CUDA_COMPATIBILITY=0, opt-in with =1; "
+                   "vllm#5283: error 804 on a GeForce)",
     "S-FACTS-8": "facts.md section 8 (memory planning), vllm v1/worker/gpu_worker.py "
                  "determine_available_memory, v1/kv_cache_interface.py",
     "S-SDIST-0.8.5": "vllm 0.8.5 release source (PyPI sdist): docker/Dockerfile, "
@@ -252,6 +258,41 @@ def require_cuda_string(cuda, table=None):
         for brand in entry["brands"]:
             words.append("brand=%s,driver>=%d,driver<%d" % (brand, branch, branch + 1))
     return " ".join(words)
+
+
+# Which GPUs forward compatibility (the cuda-compat libraries a ``brand=...,driver>=...`` clause of
+# NVIDIA_REQUIRE_CUDA lets the legacy hook admit) works on, by NVIDIA_REQUIRE_CUDA brand. NVIDIA's
+# CUDA Compatibility guide, section "Forward Compatibility": it "is applicable only for systems
+# with NVIDIA Data Center GPUs, select NGC Server Ready SKUs of RTX cards, or Jetson boards"
+# (S-FWD; facts.md 1.3, compat_matrix.yaml forward_compatibility.applies_to). Elsewhere the CUDA
+# driver refuses the compat library: error 804, cudaErrorCompatNotSupportedOnDevice, "forward
+# compatibility was attempted on non supported HW" (vllm#5283 on a GeForce, facts.md 3.3).
+#   data_center  supported: Tesla / NVIDIA-branded data-center boards, and the vGPU brands that run on them
+#   select       professional RTX / Quadro: only the NGC Server Ready SKUs; the brand cannot tell which
+#   consumer     never: GeForce, GeForce RTX, TITAN
+FORWARD_COMPAT_SUPPORT = {
+    "data_center": {"brands": ["tesla", "nvidia", "grid", "vapps", "vpc", "vcs", "vws", "cloudgaming"],
+                    "field_confidence": {"brands": "inferred"},
+                    "note": "tesla and nvidia are the data-center brands NVML reports (NVML_BRAND_TESLA, "
+                            "NVML_BRAND_NVIDIA); the vGPU brands are data-center boards shared by a hypervisor "
+                            "(inferred: the guide names data-center GPUs, not vGPU profiles)",
+                    "source": "S-FWD", "confidence": "verified"},
+    "select": {"brands": ["quadro", "quadrortx", "nvidiartx"],
+               "note": "only 'select NGC Server Ready SKUs of RTX cards'; the gate warns and cannot tell the SKU",
+               "source": "S-FWD", "confidence": "verified"},
+    "consumer": {"brands": ["geforce", "geforcertx", "titan", "titanrtx"],
+                 "note": "not among the GPUs the guide lists: the compat library fails with error 804",
+                 "source": "S-FWD; S-FACTS-3.3 (vllm#5283)", "confidence": "verified"},
+}
+
+
+def forward_compat_support(brand, table=None):
+    """"data_center", "select", "consumer" or None (brand unknown) for an NVIDIA_REQUIRE_CUDA brand."""
+    table = FORWARD_COMPAT_SUPPORT if table is None else table
+    for kind, entry in table.items():
+        if brand in entry["brands"]:
+            return kind
+    return None
 
 
 # The lowest compute capability each CUDA major can build code for (nvcc offline targets): an
@@ -742,6 +783,362 @@ def ct_scheme_need(entry, version):
 
 
 # ---------------------------------------------------------------------------------------------
+# Per-release behaviour: where the releases of VLLM_RELEASES behave differently at startup
+# ---------------------------------------------------------------------------------------------
+# One row per release of VLLM_RELEASES (test_gate_release_behaviour keeps the keys equal), one cell per behaviour
+# the gate judges by release; each cell is {value, source, confidence} (confidence as above: a
+# cell is "verified" only where the rule was read in that release's source, or in facts.md for
+# it; "inferred" cells carry the file to read). The rules that read it: _gate_rules_memory
+# (memory_profile), _gate_rules_vllm (dtype_auto, quant_marlin), _gate_rules_driver
+# (forward_compat). docs/deploy_gate.md "Each release as it behaves" is rendered from it
+# (render_release_behaviour_markdown).
+#
+# memory_profile: the engine and the profile run vLLM sizes the KV cache with
+#   engine        v0: the V0 engine only; v1_from_8_0: V1 on compute capability 8.0 and up, V0
+#                 below (_is_v1_supported_oracle); v1: V1 on every GPU
+#   line          the release whose profile run _vllm_memory models for it (0.8.5 or 0.19.1)
+#   v0_chunked_tokens  V0's max_num_batched_tokens with chunked prefill (on by default only above
+#                 32768 tokens); without it V0 profiles max(max_model_len, 2048) tokens in one pass
+# dtype_auto: what --dtype auto serves in
+#   rule          checkpoint: config.json's torch_dtype (float32 -> float16), whatever the GPU
+#                 supports (bfloat16 below 8.0 then raises); platform: the checkpoint's dtype when
+#                 the GPU supports it and the model allows it, else the first supported dtype the
+#                 model allows (float32 -> that first dtype too)
+#   bfloat16_model_types          (checkpoint) model types auto serves in bfloat16 whatever the config
+#   float32_bfloat16_model_types  (checkpoint) model types whose float32 config becomes bfloat16
+#   float16_refused_model_types   (platform) model types float16 is refused for (explicit or auto)
+# quant_marlin: a GPTQ / AWQ checkpoint served by gptq_marlin / awq_marlin (float16 and bfloat16)
+#   instead of gptq / awq (float16 only) when --quantization is unset (or names the Marlin method
+#   or "marlin") and the GPU meets the Marlin method's minimum compute capability (policy
+#   quantization, per release); per method: the bit widths, the config keys that must hold
+#   (sym true; desc_act only declared; zero_point true), the group sizes (MARLIN_SUPPORTED_GROUP_SIZES)
+# forward_compat: how the image's cuda-compat libraries come into play when the driver is older
+#   compat_libs   build: wired in when the image is built (ldconfig), used whenever the driver is
+#                 older; opt_in: only with the environment variable ``env`` set to 1
+_GROUPS_MARLIN = [-1, 32, 64, 128]
+_MARLIN_CONVERSION = {
+    "gptq": {"to": "gptq_marlin", "bits": [4, 8], "require": {"sym": True}, "declared": ["desc_act"],
+             "group_sizes": _GROUPS_MARLIN, "user_values": ["gptq_marlin", "marlin"]},
+    "awq": {"to": "awq_marlin", "bits": [4], "require": {"zero_point": True}, "declared": [],
+            "group_sizes": _GROUPS_MARLIN, "user_values": ["awq_marlin", "marlin"]},
+}
+_FLOAT16_REFUSED = ["gemma2", "gemma3", "gemma3_text", "plamo2", "glm4"]
+
+
+def _at(version, path):
+    """'vllm@0.8.5:vllm/config.py' (a file of that release's source tree)."""
+    return "vllm@%s:%s" % (version, path)
+
+
+def _cell(value, source, confidence):
+    return {"value": value, "source": source, "confidence": confidence}
+
+
+def _memory_cell(version, engine, line, chunked_tokens=2048):
+    """An inferred memory_profile cell: the engine from S-FACTS-3.2 where it says, the profile run
+    taken from ``line``'s sources."""
+    value = {"engine": engine, "line": line, "v0_chunked_tokens": chunked_tokens}
+    if engine == "v0":
+        why = "%s (no V1 engine by default)" % _at(version, "vllm/envs.py VLLM_USE_V1")
+    elif engine == "v1_from_8_0":
+        why = ("S-FACTS-3.2: %s _is_v1_supported_oracle falls back to V0 below compute capability 8.0"
+               % _at(version, "vllm/engine/arg_utils.py"))
+    else:
+        why = "S-FACTS-3.2: V1 on every compute capability from 0.10.2, V0 removed in 0.11.0"
+    worker = "vllm/worker/worker.py determine_num_available_blocks" if line == "0.8.5" else \
+        "vllm/v1/worker/gpu_worker.py determine_available_memory"
+    return _cell(value, "%s; profile run not read for this release, modelled from %s (S-VLLM-PROFILE; to check: %s)"
+                 % (why, _at(line, worker), _at(version, "vllm/engine/arg_utils.py") + " defaults"), "inferred")
+
+
+def _dtype_cell(version, rule, config_path="vllm/config.py"):
+    """An inferred dtype_auto cell."""
+    if rule == "checkpoint":
+        value = {"rule": "checkpoint", "bfloat16_model_types": [], "float32_bfloat16_model_types": ["gemma2"]}
+        source = ("%s _get_and_verify_dtype (auto keeps config.json's torch_dtype, float32 becomes float16, "
+                  "gemma2's float32 bfloat16); %s _check_if_gpu_supports_dtype (bfloat16 below 8.0 raises)"
+                  % (_at(version, config_path), _at(version, "vllm/worker/worker.py")))
+    else:
+        value = {"rule": "platform", "float16_refused_model_types": list(_FLOAT16_REFUSED)}
+        source = ("%s ModelConfig._get_and_verify_dtype / _resolve_auto_dtype with %s supported_dtypes "
+                  "(vLLM's 'Auto fallback to float16 for pre-Ampere GPUs when detected bfloat16 config', "
+                  "first in 0.9.0; the float16-refused model types as read in 0.19.1)"
+                  % (_at(version, config_path), _at(version, "vllm/platforms/cuda.py")))
+    return _cell(value, source, "inferred")
+
+
+def _quant_cell(version, config_path="vllm/config.py"):
+    """A quant_marlin cell (the conversion rule is inferred in every release; the minimum compute
+    capability is the policy's quantization table, S-VLLM-QUANT)."""
+    layers = "vllm/model_executor/layers/quantization/"
+    return _cell(_MARLIN_CONVERSION, "%s GPTQMarlinConfig.override_quantization_method, is_gptq_marlin_compatible; "
+                 "%s AWQMarlinConfig.override_quantization_method, is_awq_marlin_compatible; %s check_marlin_supported; "
+                 "%s ModelConfig._verify_quantization; minimum compute capability: policy quantization (S-VLLM-QUANT)"
+                 % (_at(version, layers + "gptq_marlin.py"), _at(version, layers + "awq_marlin.py"),
+                    _at(version, layers + "utils/marlin_utils.py"), _at(version, config_path)), "inferred")
+
+
+def _compat_cell(version, kind, confidence, dockerfile="docker/Dockerfile"):
+    """A forward_compat cell."""
+    if kind == "build":
+        return _cell({"compat_libs": "build"}, "S-FACTS-3.3: %s 'RUN ldconfig /usr/local/cuda-X.Y/compat/' (read up "
+                     "to 0.13.0)" % _at(version, dockerfile), confidence)
+    return _cell({"compat_libs": "opt_in", "env": "VLLM_ENABLE_CUDA_COMPATIBILITY"},
+                 "S-FACTS-3.3: from 0.17.0 %s sets ENV VLLM_ENABLE_CUDA_COMPATIBILITY=0 and vllm/env_override.py "
+                 "loads the compat libraries only with =1" % _at(version, dockerfile), confidence)
+
+
+RELEASE_BEHAVIOUR = {
+    "0.6.3": {
+        "memory_profile": _cell(
+            {"engine": "v0", "line": "0.8.5", "v0_chunked_tokens": 512},
+            "no V1 engine in 0.6.3 (it first ships, opt-in, in 0.7.0); %s create_engine_config (chunked prefill "
+            "on by default only above 32768 tokens); %s SchedulerConfig (max(max_model_len, 2048) tokens, 512 "
+            "with chunked prefill); profile run as 0.8.5's V0 (S-VLLM-PROFILE)"
+            % (_at("0.6.3", "vllm/engine/arg_utils.py"), _at("0.6.3", "vllm/config.py")), "inferred"),
+        "dtype_auto": _dtype_cell("0.6.3", "checkpoint"),
+        "quant_marlin": _quant_cell("0.6.3"),
+        "forward_compat": _compat_cell("0.6.3", "build", "verified", "Dockerfile"),
+    },
+    "0.7.3": {
+        "memory_profile": _memory_cell("0.7.3", "v0", "0.8.5"),
+        "dtype_auto": _dtype_cell("0.7.3", "checkpoint"),
+        "quant_marlin": _quant_cell("0.7.3"),
+        "forward_compat": _compat_cell("0.7.3", "build", "verified", "Dockerfile"),
+    },
+    "0.8.5": {
+        "memory_profile": _cell(
+            {"engine": "v1_from_8_0", "line": "0.8.5", "v0_chunked_tokens": 2048},
+            "%s:1106-1121,1350-1356 (V1 only from compute capability 8.0), :1501-1563 (V0 defaults), "
+            ":1565-1627 (V1 defaults); %s:68,1967-1984 (SchedulerConfig); %s:1233-1237 (profile_run); "
+            "S-VLLM-PROFILE, S-FACTS-3.2" % (_at("0.8.5", "vllm/engine/arg_utils.py"), _at("0.8.5", "vllm/config.py"),
+                                             _at("0.8.5", "vllm/worker/model_runner.py")), "verified"),
+        "dtype_auto": _cell(
+            {"rule": "checkpoint", "bfloat16_model_types": ["plamo2"], "float32_bfloat16_model_types": []},
+            "%s:2903-2914 (_get_and_verify_dtype); %s:546 (bfloat16 below 8.0 raises '... --dtype=half'); "
+            "S-FACTS-3.2" % (_at("0.8.5", "vllm/config.py"), _at("0.8.5", "vllm/worker/worker.py")), "verified"),
+        "quant_marlin": _quant_cell("0.8.5"),
+        "forward_compat": _compat_cell("0.8.5", "build", "verified"),
+    },
+    "0.9.0": {
+        "memory_profile": _memory_cell("0.9.0", "v1_from_8_0", "0.8.5"),
+        "dtype_auto": _dtype_cell("0.9.0", "platform"),
+        "quant_marlin": _quant_cell("0.9.0"),
+        "forward_compat": _compat_cell("0.9.0", "build", "verified"),
+    },
+    "0.9.2": {
+        "memory_profile": _memory_cell("0.9.2", "v1_from_8_0", "0.8.5"),
+        "dtype_auto": _dtype_cell("0.9.2", "platform"),
+        "quant_marlin": _quant_cell("0.9.2"),
+        "forward_compat": _compat_cell("0.9.2", "build", "verified"),
+    },
+    "0.10.1.1": {
+        "memory_profile": _memory_cell("0.10.1.1", "v1_from_8_0", "0.19.1"),
+        "dtype_auto": _dtype_cell("0.10.1.1", "platform"),
+        "quant_marlin": _quant_cell("0.10.1.1"),
+        "forward_compat": _compat_cell("0.10.1.1", "build", "verified"),
+    },
+    "0.10.2": {
+        "memory_profile": _memory_cell("0.10.2", "v1", "0.19.1"),
+        "dtype_auto": _dtype_cell("0.10.2", "platform"),
+        "quant_marlin": _quant_cell("0.10.2"),
+        "forward_compat": _compat_cell("0.10.2", "build", "verified"),
+    },
+    "0.11.0": {
+        "memory_profile": _memory_cell("0.11.0", "v1", "0.19.1"),
+        "dtype_auto": _dtype_cell("0.11.0", "platform", "vllm/config/model.py"),
+        "quant_marlin": _quant_cell("0.11.0", "vllm/config/model.py"),
+        "forward_compat": _compat_cell("0.11.0", "build", "verified"),
+    },
+    "0.11.1": {
+        "memory_profile": _memory_cell("0.11.1", "v1", "0.19.1"),
+        "dtype_auto": _dtype_cell("0.11.1", "platform", "vllm/config/model.py"),
+        "quant_marlin": _quant_cell("0.11.1", "vllm/config/model.py"),
+        "forward_compat": _compat_cell("0.11.1", "build", "verified"),
+    },
+    "0.16.0": {
+        "memory_profile": _memory_cell("0.16.0", "v1", "0.19.1"),
+        "dtype_auto": _dtype_cell("0.16.0", "platform", "vllm/config/model.py"),
+        "quant_marlin": _quant_cell("0.16.0", "vllm/config/model.py"),
+        "forward_compat": _compat_cell("0.16.0", "build", "inferred"),
+    },
+    "0.19.1": {
+        "memory_profile": _cell(
+            {"engine": "v1", "line": "0.19.1", "v0_chunked_tokens": None},
+            "%s:2024-2105,2107-2114,2180-2230 (defaults, chunked prefill on); %s:384-421 (determine_available_memory); "
+            "S-VLLM-PROFILE" % (_at("0.19.1", "vllm/engine/arg_utils.py"), _at("0.19.1", "vllm/v1/worker/gpu_worker.py")),
+            "verified"),
+        "dtype_auto": _cell(
+            {"rule": "platform", "float16_refused_model_types": list(_FLOAT16_REFUSED)},
+            "%s:1922 (_check_valid_dtype), :1929-1970 (_resolve_auto_dtype); %s:141-150 (supported_dtypes), :474 "
+            "(explicit bfloat16 below 8.0 raises); S-FACTS-3.2" % (_at("0.19.1", "vllm/config/model.py"),
+                                                                   _at("0.19.1", "vllm/platforms/cuda.py")), "verified"),
+        "quant_marlin": _quant_cell("0.19.1", "vllm/config/model.py"),
+        "forward_compat": _compat_cell("0.19.1", "opt_in", "verified"),
+    },
+    "0.20.0": {
+        "memory_profile": _memory_cell("0.20.0", "v1", "0.19.1"),
+        "dtype_auto": _dtype_cell("0.20.0", "platform", "vllm/config/model.py"),
+        "quant_marlin": _quant_cell("0.20.0", "vllm/config/model.py"),
+        "forward_compat": _compat_cell("0.20.0", "opt_in", "inferred"),
+    },
+}
+
+# What vLLM says when the KV cache left after the profile run cannot hold one max_model_len
+# sequence, per engine ({max_len}, {tokens}: the KV cache in tokens; {needed}, {available}: GiB).
+KV_CACHE_TOO_SMALL = {
+    "v0": {"text": "The model's max seq len ({max_len}) is larger than the maximum number of tokens that can be "
+                   "stored in KV cache ({tokens}). Try increasing `gpu_memory_utilization` or decreasing "
+                   "`max_model_len` when initializing the engine.",
+           "source": "vllm@0.8.5:vllm/worker/worker.py:559-570 (raise_if_cache_size_invalid; the doctor's "
+                     "oom_cache_v0); the V0 worker of 0.6.3 and 0.7.3 is taken to say the same (inferred)",
+           "confidence": "verified"},
+    "v1": {"text": "To serve at least one request with the models's max seq len ({max_len}), ({needed} GiB KV "
+                   "cache is needed, which is larger than the available KV cache memory ({available} GiB).",
+           "source": "vllm@0.8.5:vllm/v1/core/kv_cache_utils.py:526-552; vllm@0.19.1:vllm/v1/core/kv_cache_utils.py:"
+                     "619-648 (check_enough_kv_cache_memory; the doctor's oom_cache_v1 read 'To serve at least one "
+                     "request ... KV cache is needed, which is larger than the available KV cache memory'; the rest "
+                     "of the wording is inferred)",
+           "confidence": "inferred"},
+}
+
+# The release an image of unknown version is judged as (no warning when the image gives no
+# version; VLLM_VERSION_UNKNOWN when it gives one that does not parse): the reference
+# deployment's release (S-REFDEPLOY), which the memory model assumed for an unknown version before.
+RELEASE_BEHAVIOUR_DEFAULT = "0.8.5"
+
+RELEASE_BEHAVIOUR_KINDS = ("memory_profile", "dtype_auto", "quant_marlin", "forward_compat")
+
+
+def release_behaviour(table, version):
+    """(key, row, how) of the release-behaviour row that judges vLLM ``version`` (a tuple or None).
+
+    ``how``: None (the release's own row), "line" (no row of its own: the row of its minor line,
+    e.g. 0.8.4 -> 0.8.5, the newest at or below it when the line has several), "older" (the newest
+    row below it), "oldest" (older than every row: the oldest) or "default" (version unknown:
+    RELEASE_BEHAVIOUR_DEFAULT). Behaviour changes between minor lines, rarely within one.
+    """
+    rows = sorted(((parse_version(k), k) for k in table if parse_version(k)), key=lambda r: r[0] + (0,) * 8)
+    if version is None or not rows:
+        key = RELEASE_BEHAVIOUR_DEFAULT if RELEASE_BEHAVIOUR_DEFAULT in table else (rows[0][1] if rows else None)
+        return key, table.get(key), "default"
+    for parsed, key in rows:
+        if compare_versions(parsed, version) == 0:
+            return key, table[key], None
+    line = [(p, k) for p, k in rows if tuple(p[:2]) == tuple(version[:2])]
+    if line:
+        below = [k for p, k in line if compare_versions(p, version) < 0]
+        key = below[-1] if below else line[0][1]
+        return key, table[key], "line"
+    below = [k for p, k in rows if compare_versions(p, version) < 0]
+    if below:
+        return below[-1], table[below[-1]], "older"
+    return rows[0][1], table[rows[0][1]], "oldest"
+
+
+def supported_dtypes(cc, dtypes=None):
+    """The dtypes a CUDA GPU of compute capability ``cc`` computes in, preferred first (vLLM's
+    CudaPlatform.supported_dtypes: bfloat16, float16, float32 from 8.0; float16, float32 from 6.0;
+    derived from DTYPES' min_cc)."""
+    dtypes = DTYPES if dtypes is None else dtypes
+    return [name for name in ("bfloat16", "float16", "float32")
+            if name in dtypes and parse_cc(dtypes[name]["min_cc"]) is not None
+            and not cc < parse_cc(dtypes[name]["min_cc"])]
+
+
+def resolve_auto_dtype(rule, model_type, config_dtype, cc, dtypes=None):
+    """What ``--dtype auto`` serves in, by a release's dtype_auto cell value ``rule``: (dtype or None, why).
+
+    config_dtype: config.json's torch_dtype ("float16", "bfloat16", "float32"; None: unknown);
+    cc: the GPU's compute capability tuple (None: unknown). None when it cannot be told.
+    """
+    if rule.get("rule") == "platform":
+        if cc is None:
+            return None, "the GPU is unknown"
+        supported = [d for d in supported_dtypes(cc, dtypes) if not (
+            d == "float16" and model_type in rule.get("float16_refused_model_types", []))]
+        if not supported:
+            return None, "no dtype is supported"
+        preferred = supported[0]
+        if config_dtype in (None, "float32") and (config_dtype == "float32" or "bfloat16" not in supported):
+            # A float32 config is cast to the preferred dtype; an unknown one ends there too on a GPU
+            # without bfloat16 (every dtype it could ask for falls back to the preferred one).
+            return preferred, "%s, so the first dtype the GPU supports%s" % (
+                "a float32 checkpoint is cast" if config_dtype == "float32" else "any checkpoint dtype falls back",
+                " that %s allows" % model_type if model_type in rule.get("float16_refused_model_types", []) else "")
+        if config_dtype is None:
+            return None, "the checkpoint's dtype is unknown"
+        if config_dtype in supported:
+            return config_dtype, "the checkpoint's dtype"
+        return preferred, "%s, so the first dtype the GPU supports%s" % (
+            "float16 is refused for %s" % model_type if config_dtype == "float16" and "float16" in supported_dtypes(
+                cc, dtypes) else "the GPU lacks the checkpoint's %s" % config_dtype,
+            " that %s allows" % model_type if model_type in rule.get("float16_refused_model_types", []) else "")
+    if model_type in rule.get("bfloat16_model_types", []):
+        return "bfloat16", "always bfloat16 for %s" % model_type
+    if config_dtype == "float32":
+        if model_type in rule.get("float32_bfloat16_model_types", []):
+            return "bfloat16", "float32 becomes bfloat16 for %s" % model_type
+        return "float16", "float32 becomes float16"
+    if config_dtype is None:
+        return None, "the checkpoint's dtype is unknown"
+    return config_dtype, "the checkpoint's dtype"
+
+
+def describe_behaviour(kind, value):
+    """One line that says what a release-behaviour cell means (docs and the gate's warnings)."""
+    if kind == "memory_profile":
+        engine = {"v0": "the V0 engine only", "v1": "the V1 engine",
+                  "v1_from_8_0": "V1 from compute capability 8.0, V0 below"}.get(value.get("engine"), "?")
+        chunked = value.get("v0_chunked_tokens")
+        v0 = (", V0 profiles max(max_model_len, 2048) tokens in one pass (chunked prefill, %d tokens, only above "
+              "32768)" % chunked) if value.get("engine") != "v1" and chunked else ""
+        return "%s%s; profile run modelled from vLLM %s" % (engine, v0, value.get("line"))
+    if kind == "dtype_auto":
+        if value.get("rule") == "platform":
+            refused = value.get("float16_refused_model_types") or []
+            tail = "; float16 refused for %s (float32 below 8.0)" % ", ".join(refused) if refused else ""
+            return ("auto follows the GPU: the checkpoint's dtype where supported, else the first supported "
+                    "(bfloat16 -> float16 below 8.0)%s" % tail)
+        extra = ["%s always bfloat16" % m for m in value.get("bfloat16_model_types") or []]
+        extra += ["%s float32 -> bfloat16" % m for m in value.get("float32_bfloat16_model_types") or []]
+        return "auto keeps the checkpoint's dtype (float32 -> float16%s); bfloat16 below 8.0 fails" % (
+            "; " + ", ".join(extra) if extra else "")
+    if kind == "quant_marlin":
+        parts = []
+        for method in sorted(value):
+            conv = value[method]
+            needs = ["%s %s" % (k, str(v).lower()) for k, v in sorted(conv.get("require", {}).items())]
+            needs += ["%s declared" % k for k in conv.get("declared", [])]
+            parts.append("%s -> %s (%s bits, %s, group %s)" % (
+                method, conv["to"], "/".join(str(b) for b in conv["bits"]), ", ".join(needs),
+                "/".join(str(g) for g in conv["group_sizes"])))
+        return "; ".join(parts) + " without a forcing --quantization, from the Marlin method's minimum compute capability"
+    if kind == "forward_compat":
+        if value.get("compat_libs") == "opt_in":
+            return "cuda-compat libraries only with %s=1" % value.get("env")
+        return "cuda-compat libraries wired in at build (used whenever the driver is older)"
+    return "?"
+
+
+def render_release_behaviour_markdown(table=None):
+    """docs/deploy_gate.md's release x behaviour tables (one per behaviour), from RELEASE_BEHAVIOUR."""
+    table = RELEASE_BEHAVIOUR if table is None else table
+    titles = {"memory_profile": "Memory profile (engine, profile run)", "dtype_auto": "`dtype: auto`",
+              "quant_marlin": "GPTQ / AWQ served by Marlin", "forward_compat": "Forward compatibility (cuda-compat)"}
+    keys = sorted(table, key=lambda k: parse_version(k) + (0,) * 8)
+    lines = []
+    for kind in RELEASE_BEHAVIOUR_KINDS:
+        lines.extend(["### %s" % titles[kind], "", "| release | behaviour | confidence | source |", "|---|---|---|---|"])
+        for key in keys:
+            cell = table[key][kind]
+            lines.append("| %s | %s | %s | %s |" % (key, describe_behaviour(kind, cell["value"]).replace("|", "\\|"),
+                                                    cell["confidence"], cell["source"].replace("|", "\\|")))
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
 # Memory planning
 # ---------------------------------------------------------------------------------------------
 # vLLM sizes the KV cache as total * gpu_memory_utilization minus (weights + the peak activation
@@ -800,6 +1197,8 @@ SHIPPED = {
     "compressed_tensors_schemes": COMPRESSED_TENSORS_SCHEMES,
     "kv_cache_dtypes_by_release": KV_CACHE_DTYPES_BY_RELEASE,
     "forward_compat_image_branches": FORWARD_COMPAT_IMAGE_BRANCHES,
+    "forward_compat_support": FORWARD_COMPAT_SUPPORT,
+    "release_behaviour": RELEASE_BEHAVIOUR,
     "cuda_min_target_cc": CUDA_MIN_TARGET_CC,
     "memory": MEMORY,
 }

@@ -340,6 +340,7 @@ class _Inputs(object):
         self.cc = _capability(args.get("compute_capability"))
         use_v1 = args.get("vllm_use_v1")
         self.use_v1 = None if use_v1 is None else bool(use_v1)
+        self.v0_chunked_tokens = _positive_int(args.get("v0_chunked_batched_tokens"))
         self.gpu_mib = _positive_int(args.get("gpu_memory_mib"))
         self.gpu_name = str(args.get("gpu_name") or "").lower()
         self.llm_class = str(args.get("usage_context") or "").lower() in ("llm_class", "llm")
@@ -352,11 +353,13 @@ class _Inputs(object):
 
 
 def _engine(inputs, line, used):
-    if line == "0.19.1":
-        return "v1"
     if inputs.use_v1 is not None:
+        # The caller knows the engine (VLLM_USE_V1, or a release's engine rule: a release of the
+        # 0.19.1 line before 0.10.2 still runs V0 below compute capability 8.0).
         used.append("oracle_v1")
         return "v1" if inputs.use_v1 else "v0"
+    if line == "0.19.1":
+        return "v1"
     used.extend(["oracle_v1", "oracle_cc"])
     if inputs.cc is None:
         inputs.note_missing("args.compute_capability")
@@ -387,7 +390,7 @@ def _schedule(inputs, line, engine, used):
         tokens = inputs.max_batched
         if tokens is None:
             if chunked:
-                tokens = _V0_DEFAULT_BATCHED_TOKENS
+                tokens = inputs.v0_chunked_tokens or _V0_DEFAULT_BATCHED_TOKENS
             elif inputs.max_model_len is not None:
                 tokens = max(inputs.max_model_len, _V0_DEFAULT_BATCHED_TOKENS)
             else:
@@ -551,7 +554,10 @@ def profile_reserve(model, args, version=None):
         enforce_eager, compute_capability ((7, 0) or "7.0"). Optional: gpu_memory_mib and gpu_name
         (the V1 defaults depend on them; unknown = below 70 GiB), usage_context ("openai_api_server",
         the default, or "llm_class"), quantization (e.g. "gptq", "awq"), vllm_use_v1 (VLLM_USE_V1),
-        memory_profiler_estimate_cudagraphs (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, 0.19.1).
+        memory_profiler_estimate_cudagraphs (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, 0.19.1),
+        v0_chunked_batched_tokens (the V0 engine's max_num_batched_tokens with chunked prefill in the
+        release: 2048 in 0.8.5, the default; a release's row in _policy.RELEASE_BEHAVIOUR says).
+        vllm_use_v1 decides the engine for either line when given.
     version: (major, minor, patch) of vLLM; None = the 0.8.5 line.
 
     Returns {"bytes", "parts", "profile_tokens", "profile_seqs", "engine", "chunked_prefill",

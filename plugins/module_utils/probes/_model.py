@@ -484,7 +484,7 @@ def _empty_quant():
         "quantized": False, "quant_method": None, "quant_method_aliases": [], "quant_method_known": None,
         "quant_raw_method": None, "quant_source": None, "quant_format": None, "quant_bits": None,
         "quant_group_size": None, "quant_scale_bits": None, "quant_scheme": None,
-        "quant_source_read_by_vllm": None,
+        "quant_source_read_by_vllm": None, "quant_sym": None, "quant_desc_act": None, "quant_zero_point": None,
     }
 
 
@@ -513,6 +513,20 @@ def _opt_int(data, key, path, where="", limits=None):
         expected = "-1 or an integer from 1 to %d" % high if low < 0 else "an integer from %d to %d" % (low, high)
         raise ModelFileError(path, "%s%s must be %s, found %s" % (where, key, expected, _short(value)))
     return value
+
+
+def _opt_bool(data, key, path, where=""):
+    """data[key] as true or false; None when absent or null; ModelFileError naming the field otherwise."""
+    value = data.get(key)
+    if value is None or isinstance(value, bool):
+        return value
+    raise ModelFileError(path, "%s%s must be true or false, found %s" % (where, key, _short(value)))
+
+
+# The quantization_config keys of GPTQ / AWQ checkpoints vLLM's Marlin conversion reads from
+# config.json (GPTQMarlinConfig.is_gptq_marlin_compatible: sym, desc_act; AWQMarlinConfig.
+# is_awq_marlin_compatible: zero_point), reported as quant_<key>.
+MARLIN_KEYS = ("sym", "desc_act", "zero_point")
 
 
 def _compressed_tensors(qc, source, path):
@@ -609,7 +623,10 @@ def quant_from_config_json(qc, path, key="quantization_config"):
     if group is None:
         group = _opt_int(qc, "q_group_size", path, "quantization_config.")
     if key in ("gptq", "awq", "gptq_marlin", "awq_marlin", "marlin", "moe_wna16"):
-        return _quant(raw, source, fmt=("int%d" % bits) if bits else None, bits=bits, group=group)
+        q = _quant(raw, source, fmt=("int%d" % bits) if bits else None, bits=bits, group=group)
+        for name in MARLIN_KEYS:
+            q["quant_%s" % name] = _opt_bool(qc, name, path, "quantization_config.")
+        return q
     if key in ("fp8", "fbgemm_fp8"):
         block = qc.get("weight_block_size")
         if block is not None and (not isinstance(block, list) or not 1 <= len(block) <= 4
@@ -1117,6 +1134,8 @@ def permission_notes(model_dir, writable, foreign, euid=None):
 # ---------------------------------------------------------------------------------------------
 
 GATE_KEYS = ("weight_bytes", "param_count", "quant_method", "quant_scheme", "quant_bits", "quant_group_size",
+             # the GPTQ / AWQ keys vLLM's Marlin conversion reads (the gate's quantization rules)
+             "quant_sym", "quant_desc_act", "quant_zero_point",
              "num_hidden_layers", "num_key_value_heads", "head_dim", "max_position_embeddings", "torch_dtype",
              # config.json facts vLLM's startup checks read (_vllm_startup.startup_checks)
              "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size", "model_type", "architectures",

@@ -48,9 +48,11 @@ V100, IMAGE_0_8_5 = R.V100, R.IMAGE_0_8_5
 P100 = dict(V100, name="Tesla P100-PCIE-16GB", compute_capability="6.0", memory_total_mib=16384)
 # Llama-3.1-8B with what the reserve model needs (intermediate and vocabulary size).
 LLAMA_8B = dict(R.LLAMA_3_1_8B, intermediate_size=14336, vocab_size=128256)
-# Cases the recorded corpus lacks (a compute capability the policy maps to no architecture).
+# Cases the recorded corpus lacks (a compute capability the policy maps to no architecture; a
+# release without a row of its own in the policy's release-behaviour table).
 EXTRA_CASES = [
     dict(gpus=[dict(V100, compute_capability="4.0", name="GPU of an unknown architecture")], image=IMAGE_0_8_5),
+    dict(gpus=[V100], image=dict(IMAGE_0_8_5, vllm_version="0.8.4")),
 ]
 
 
@@ -126,7 +128,8 @@ def test_the_table_runs_in_the_order_each_rule_needs():
     order = [rule.name for rule in GR.RULES]
     deciders = dict((field, rule.name) for rule in GR.RULES for field in rule.decides)
     needs = {"driver": ["arch_keys"], "image_cuda": ["host_cuda"], "image_arch": ["forward_compat"],
-             "quantization_act_dtype": ["effective"], "startup": ["effective"], "memory_plan": ["effective"]}
+             "quantization_act_dtype": ["effective", "served_dtype"], "startup": ["effective"],
+             "memory_plan": ["effective", "served_dtype"]}
     for name, fields in needs.items():
         for field in fields:
             assert order.index(deciders[field]) < order.index(name), (name, field)

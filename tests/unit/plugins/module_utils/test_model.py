@@ -149,6 +149,10 @@ def test_gptq_and_awq_quantization_config(tmp_path, layout, scheme, method):
     assert model["quant_source"] == "config.json:quantization_config"
     assert model["quant_source_read_by_vllm"] is True
     assert (model["quant_format"], model["quant_bits"], model["quant_group_size"]) == ("int4", 4, 128)
+    # The keys vLLM's Marlin conversion reads from config.json (issue 24).
+    expected = {"gptq": (True, False, None), "awq": (None, None, True)}[method]
+    assert (model["quant_sym"], model["quant_desc_act"], model["quant_zero_point"]) == expected
+    assert (model["gate"]["quant_sym"], model["gate"]["quant_desc_act"], model["gate"]["quant_zero_point"]) == expected
     assert model["torch_dtype"] == "float16"
     # I32 containers hold eight 4-bit values; scales, zeros and g_idx are not parameters.
     assert model["param_count_logical"] == B.logical_params()
