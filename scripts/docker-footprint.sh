@@ -55,6 +55,12 @@ case ${1:-} in
     cat "${dir}/before.txt"
     show after
     docker info >/dev/null 2>&1 || exit 0
+    # A container that a `docker run --rm` or a destroy is still removing is not left behind: give
+    # Docker up to 30 s to finish what it started before judging.
+    for _ in $(seq 30); do
+      [ -z "$(comm -13 "${dir}/containers" <(ids containers))" ] && break
+      sleep 1
+    done
     leaked=0
     for kind in containers volumes networks; do
       new=$(comm -13 "${dir}/${kind}" <(ids "${kind}"))
@@ -63,7 +69,10 @@ case ${1:-} in
         echo "docker footprint: LEFT BEHIND: $(grep -c . <<<"${new}") ${kind}:"
         while read -r id; do
           case ${kind} in
-            containers) docker ps -a --filter "id=${id}" --format '  {{.Names}} ({{.Image}}, {{.Status}})' ;;
+            # Everything that says where it came from: name, image, state, creation time, labels, command.
+            containers) docker inspect --format '  {{.Name}} image={{.Config.Image}} state={{.State.Status}}
+    created={{.Created}} labels={{json .Config.Labels}} cmd={{json .Config.Cmd}}' "${id}" 2>/dev/null \
+                          || echo "  ${id} (gone while being listed)" ;;
             *) echo "  ${id}" ;;
           esac
         done <<<"${new}"
