@@ -17,9 +17,9 @@ description:
   - A pure decision with no side effects. From the host's GPUs and driver (as reported by
     M(labfleet.vllm.gpu_facts)), the image (M(labfleet.vllm.vllm_image_facts) or a shipped image
     profile), the model (M(labfleet.vllm.model_facts)) and the requested vLLM arguments, the module
-    returns a verdict C(allowed), the C(reasons) for a refusal and C(gate_warnings), each with a
-    message that says what to change, the vLLM arguments after automatic fixes (C(effective_vllm))
-    and a memory plan (C(plan)).
+    returns one plan object, C(verdict) - whether it can (C(allowed)), the C(reasons) for a refusal and
+    the C(warnings), each with a message that says what to change, the vLLM arguments after automatic
+    fixes (C(effective_vllm)), a memory plan (C(plan)) and what the rollout will do (C(steps), C(instances)).
   - The compatibility policy ships with the collection as Python data in module_utils (so it travels
     with the module to any host) and has a source for every entry. The O(policy) option overrides
     or extends it.
@@ -190,6 +190,9 @@ options:
         C(quantization_methods) (list of str), C(vllm_version) (str, V(0.8.5))."
       - When C(vllm_version) names a release the policy knows, its CUDA version and arch list fill in
         missing C(cuda_version) and C(arch_list).
+      - The C(image) result of M(labfleet.vllm.vllm_image_facts) can be passed as it is (a mapping with a
+        C(gate) key) - its C(gate) part is judged, with its C(state), C(reference), C(digest), C(env) and
+        C(profile_matched) for the plan's image step - and is then recorded whole in C(verdict.made_from.image).
     type: dict
     default: {}
   model:
@@ -331,231 +334,247 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-allowed:
-  description: Whether the deployment can work on this host (no reasons).
-  returned: success
-  type: bool
-  sample: true
-reasons:
-  description: Why the deployment cannot work; each message says what to change. Empty when allowed.
-  returned: success
-  type: list
-  elements: dict
-  contains:
-    code:
-      description: An UPPER_SNAKE reason code (listed in the description); codes are never renamed.
-      type: str
-      sample: QUANTIZATION_UNSUPPORTED_ON_ARCH
-    message:
-      description: What is wrong and what to change.
-      type: str
-  sample:
-    - code: COMPUTE_CAPABILITY_TOO_LOW
-      message: "Tesla P100-PCIE-16GB (compute capability 6.0) is below vLLM's minimum (7.0) ..."
-gate_warnings:
-  description:
-    - Things that do not block the deployment but deserve attention, each C({code, message}).
-    - Named C(gate_warnings) because C(warnings) is reserved by Ansible; C(verdict.warnings) holds the same list.
-  returned: success
-  type: list
-  elements: dict
-  sample:
-    - code: DTYPE_AUTOFIXED
-      message: "Tesla V100-PCIE-32GB (compute capability 7.0) has no bfloat16; dtype bfloat16 was changed to float16"
-effective_vllm:
-  description: The O(vllm) arguments after automatic fixes (for example C(dtype) V(float16) on compute capability 7.x).
-  returned: success
-  type: dict
-  sample: {"tensor_parallel_size": 2, "dtype": "float16", "max_model_len": 32768}
-plan:
-  description:
-    - The memory plan; sizes in bytes, per GPU unless named total; null where the inputs do not tell.
-  returned: success
-  type: dict
-  contains:
-    gpus_used:
-      description: tensor_parallel_size x pipeline_parallel_size.
-      type: int
-    gpu_memory_total_bytes:
-      description: Memory of the smallest GPU.
-      type: int
-    gpu_memory_utilization:
-      description: The fraction used (default 0.9).
-      type: float
-    reserve_bytes:
-      description: The activation/overhead reserve subtracted per GPU.
-      type: int
-    reserve_source:
-      description: V(modelled), V(modelled, incomplete (missing fields)) or V(policy.reserve_mib).
-      type: str
-    reserve_model:
-      description:
-        - The modelled reserve (C(bytes), C(parts), C(profile_tokens), C(profile_seqs), C(engine),
-          C(chunked_prefill), C(complete), C(missing), C(formula), C(outside_budget)), also when
-          C(policy.reserve_mib) replaces it.
-      type: dict
-    usable_bytes_per_gpu:
-      description: total x gpu_memory_utilization - reserve.
-      type: int
-    weights_bytes_total:
-      description: Weight bytes of the whole model in GPU memory.
-      type: int
-    weights_source:
-      description: Where weights_bytes_total came from (V(weight_bytes) or V(param_count)).
-      type: str
-    weights_bytes_per_gpu:
-      description: Weights per GPU after the tensor/pipeline split and CPU offload.
-      type: int
-    cpu_offload_bytes_per_gpu:
-      description: cpu_offload_gb in bytes.
-      type: int
-    kv_cache_dtype_bytes:
-      description: Bytes per KV element.
-      type: int
-    kv_bytes_per_token_per_gpu:
-      description: KV cache bytes one token needs on each GPU.
-      type: int
-    kv_cache_bytes_per_gpu:
-      description: Usable memory left for the KV cache after the weights.
-      type: int
-    kv_cache_tokens:
-      description: Tokens the KV cache can hold.
-      type: int
-    max_model_len:
-      description: The sequence length planned for.
-      type: int
-    sequence_kv_bytes_per_gpu:
-      description: KV bytes of one max_model_len sequence per GPU.
-      type: int
-    fits_one_sequence:
-      description: Whether the weights and one full-length sequence fit.
-      type: bool
-    max_concurrent_full_sequences:
-      description: How many full-length sequences fit in the KV cache at once.
-      type: int
-    max_num_seqs:
-      description: The requested max_num_seqs, for comparison.
-      type: int
-    summary:
-      description: One line for the fleet report.
-      type: str
-  sample:
-    gpus_used: 2
-    usable_bytes_per_gpu: 30000346562
-    weights_bytes_per_gpu: 18000000000
-    kv_bytes_per_token_per_gpu: 163840
-    fits_one_sequence: true
-    max_concurrent_full_sequences: 2
-driver_requirements:
-  description: What a driver for these GPUs must be (for the nvidia_driver role).
-  returned: success
-  type: dict
-  contains:
-    architectures:
-      description: Architecture names of the GPUs.
-      type: list
-      elements: str
-    min_branch:
-      description: Oldest branch that drives them (null = no limit known).
-      type: int
-    max_branch:
-      description: Newest branch that drives them (580 for Volta; null = no limit).
-      type: int
-    kernel_module:
-      description: V(proprietary), V(open), V(either) or V(conflict).
-      type: str
-    recommended_branch:
-      description: The newest supported (not end-of-life) branch within the limits.
-      type: int
-  sample: {"architectures": ["Volta"], "min_branch": null, "max_branch": 580,
-           "kernel_module": "proprietary", "recommended_branch": 580}
-container_runtime:
-  description:
-    - Whether the container runtime checks the image's C(NVIDIA_REQUIRE_CUDA) for a container started with
-      C(docker --gpus) (how vllm_server gives GPUs), worked out from O(host) and C(image.env).
-    - "C(enforced) true, false or null (unknown: judged as the legacy hook would), C(mode) (V(legacy), V(cdi),
-      V(jit-cdi), V(csv) or null), C(why), C(disabled_by) (where C(NVIDIA_DISABLE_REQUIRE) switched it off) and
-      C(blocked) (why such a container would not start at all; the reason V(GPU_RUNTIME_BLOCKED))."
-  returned: success
-  type: dict
-  sample: {"enforced": true, "mode": "legacy", "blocked": null, "disabled_by": null,
-           "why": "--gpus all makes Docker run nvidia-container-runtime-hook ..."}
-policy_version:
-  description: Version of the shipped policy data.
-  returned: success
-  type: str
-  sample: "1.0.0"
-steps:
-  description:
-    - What the rollout will do on the host, per step C(driver), C(runtime), C(image), C(model), C(server).
-    - "Each has C(action) and C(why). Actions: driver V(keep), V(install), V(replace) (C(current) ->
-      C(target)) or V(refuse); runtime V(keep) or V(install); image V(keep) or V(pull) (C(ref), C(digest),
-      C(judged_from)); model V(keep) or V(stage) (C(path)); server V(deploy) (C(instances)). On a refused host
-      every step is V(refuse) (C(reasons): the codes that block it) or V(skip), with C(planned_action)."
-  returned: success
-  type: dict
-  sample:
-    driver: {action: replace, current: "590.44.01", target: "580", branch: 580, managed: true,
-             why: "driver 590.44.01 is replaced by R580 (request.driver.allow_change is true)"}
-    image: {action: pull, ref: "vllm/vllm-openai:v0.8.5", judged_from: "the shipped profile of vllm/vllm-openai:v0.8.5"}
-instances:
-  description:
-    - One entry per instance of the request (one instance C(vllm) on all GPUs without O(request)), with the
-      request's own keys (C(name), C(port), ...) and C(allowed), C(reasons), C(warnings), C(gpu_indices),
-      C(gpu_count), C(vllm_args) (effective, C(enforce_eager) included), C(enforce_eager),
-      C(enforce_eager_why), C(argv) (the vLLM arguments the unit runs), C(served_model_name),
-      C(memory_plan) (as RV(plan)).
-  returned: success
-  type: list
-  elements: dict
-serving_path:
-  description:
-    - How the model is served when allowed, V(native) (the checkpoint as it is), V(fp16_fallback) (an NVFP4
-      checkpoint from its FP16 copy) or V(gptq_repack) (from its GPTQ int4 copy, C(--quantization gptq); see
-      RV(serving)); null when refused.
-  returned: success
-  type: str
-  sample: native
-serving:
-  description:
-    - The serving path decision (C(path), C(why), C(tried), C(model_path) (the directory the unit mounts),
-      C(source_model_path), C(fp16_model_path), C(fp16_weight_bytes), C(fp16_copy) (C(path), C(complete),
-      C(disk_free_bytes), C(disk_needed_bytes)), C(gptq_model_path), C(gptq_copy) (as C(fp16_copy)),
-      C(gptq_repack)).
-    - "C(gptq_repack) (when the repack was planned or tried): C(group_size), C(bits_per_weight), C(model_path),
-      C(repacked_bytes), C(repacked_bytes_per_gpu), C(repacked_gib_per_gpu), C(sized_from), C(expected_error)
-      (C(rel_rms), C(max_abs_rel), C(source): the converter's measured error against the exact NVFP4 values),
-      C(kv_cache_tokens) (the KV cache the memory plan leaves, in tokens), C(max_model_len), C(vllm_args)
-      (C(quantization) V(gptq), C(dtype) V(float16), C(model) the copy) and C(candidates) (every group size
-      tried, smallest first: C(group_size), C(allowed), C(reasons), C(why), C(repacked_bytes), C(bits_per_weight),
-      C(weights_bytes_per_gpu), C(sequence_kv_bytes_per_gpu), C(usable_bytes_per_gpu), C(kv_cache_tokens),
-      C(expected_error))."
-  returned: success
-  type: dict
-target:
-  description: The state the plan leaves on the host (C(driver_version), C(driver_branch), C(image),
-    C(image_digest), C(model_path)).
-  returned: success
-  type: dict
-deployment:
-  description: The request's image, image_digest, model_path, served_model_name and instance_names.
-  returned: success
-  type: dict
-summary:
-  description: One line saying what the rollout will do on the host.
-  returned: success
-  type: str
-plan_format:
-  description: Version of the plan's layout (1).
-  returned: success
-  type: int
 verdict:
   description:
-    - All of the above in one dict (C(allowed), C(reasons), C(warnings), C(effective_vllm), C(plan),
-      C(driver_requirements), C(policy_version), C(steps), C(instances), C(serving_path), C(serving), C(target),
-      C(deployment), C(summary), C(plan_format)); store it as the host's verdict fact.
+    - The plan of the host, the one object the preflight records (the fact C(preflight_verdict)) and the
+      rollout roles, the doctor, the benchmark and the fleet report read; docs/design.md lists who reads
+      each field. Every field is returned once, here.
+    - C(made_from) holds what the plan was made from (the module's inputs), so that a later step can tell
+      whether the host still matches it.
   returned: success
   type: dict
+  contains:
+      allowed:
+        description: Whether the deployment can work on this host (no reasons).
+        returned: success
+        type: bool
+        sample: true
+      reasons:
+        description: Why the deployment cannot work; each message says what to change. Empty when allowed.
+        returned: success
+        type: list
+        elements: dict
+        contains:
+          code:
+            description: An UPPER_SNAKE reason code (listed in the description); codes are never renamed.
+            type: str
+            sample: QUANTIZATION_UNSUPPORTED_ON_ARCH
+          message:
+            description: What is wrong and what to change.
+            type: str
+        sample:
+          - code: COMPUTE_CAPABILITY_TOO_LOW
+            message: "Tesla P100-PCIE-16GB (compute capability 6.0) is below vLLM's minimum (7.0) ..."
+      warnings:
+        description:
+          - Things that do not block the deployment but deserve attention, each C({code, message}).
+        returned: success
+        type: list
+        elements: dict
+        sample:
+          - code: DTYPE_AUTOFIXED
+            message: "Tesla V100-PCIE-32GB (compute capability 7.0) has no bfloat16; dtype bfloat16 was changed to float16"
+      effective_vllm:
+        description: The O(vllm) arguments after automatic fixes (for example C(dtype) V(float16) on compute capability 7.x).
+        returned: success
+        type: dict
+        sample: {"tensor_parallel_size": 2, "dtype": "float16", "max_model_len": 32768}
+      plan:
+        description:
+          - The memory plan; sizes in bytes, per GPU unless named total; null where the inputs do not tell.
+        returned: success
+        type: dict
+        contains:
+          gpus_used:
+            description: tensor_parallel_size x pipeline_parallel_size.
+            type: int
+          gpu_memory_total_bytes:
+            description: Memory of the smallest GPU.
+            type: int
+          gpu_memory_utilization:
+            description: The fraction used (default 0.9).
+            type: float
+          reserve_bytes:
+            description: The activation/overhead reserve subtracted per GPU.
+            type: int
+          reserve_source:
+            description: V(modelled), V(modelled, incomplete (missing fields)) or V(policy.reserve_mib).
+            type: str
+          reserve_model:
+            description:
+              - The modelled reserve (C(bytes), C(parts), C(profile_tokens), C(profile_seqs), C(engine),
+                C(chunked_prefill), C(complete), C(missing), C(formula), C(outside_budget)), also when
+                C(policy.reserve_mib) replaces it.
+            type: dict
+          usable_bytes_per_gpu:
+            description: total x gpu_memory_utilization - reserve.
+            type: int
+          weights_bytes_total:
+            description: Weight bytes of the whole model in GPU memory.
+            type: int
+          weights_source:
+            description: Where weights_bytes_total came from (V(weight_bytes) or V(param_count)).
+            type: str
+          weights_bytes_per_gpu:
+            description: Weights per GPU after the tensor/pipeline split and CPU offload.
+            type: int
+          cpu_offload_bytes_per_gpu:
+            description: cpu_offload_gb in bytes.
+            type: int
+          kv_cache_dtype_bytes:
+            description: Bytes per KV element.
+            type: int
+          kv_bytes_per_token_per_gpu:
+            description: KV cache bytes one token needs on each GPU.
+            type: int
+          kv_cache_bytes_per_gpu:
+            description: Usable memory left for the KV cache after the weights.
+            type: int
+          kv_cache_tokens:
+            description: Tokens the KV cache can hold.
+            type: int
+          max_model_len:
+            description: The sequence length planned for.
+            type: int
+          sequence_kv_bytes_per_gpu:
+            description: KV bytes of one max_model_len sequence per GPU.
+            type: int
+          fits_one_sequence:
+            description: Whether the weights and one full-length sequence fit.
+            type: bool
+          max_concurrent_full_sequences:
+            description: How many full-length sequences fit in the KV cache at once.
+            type: int
+          max_num_seqs:
+            description: The requested max_num_seqs, for comparison.
+            type: int
+          summary:
+            description: One line for the fleet report.
+            type: str
+        sample:
+          gpus_used: 2
+          usable_bytes_per_gpu: 30000346562
+          weights_bytes_per_gpu: 18000000000
+          kv_bytes_per_token_per_gpu: 163840
+          fits_one_sequence: true
+          max_concurrent_full_sequences: 2
+      driver_requirements:
+        description: What a driver for these GPUs must be (for the nvidia_driver role).
+        returned: success
+        type: dict
+        contains:
+          architectures:
+            description: Architecture names of the GPUs.
+            type: list
+            elements: str
+          min_branch:
+            description: Oldest branch that drives them (null = no limit known).
+            type: int
+          max_branch:
+            description: Newest branch that drives them (580 for Volta; null = no limit).
+            type: int
+          kernel_module:
+            description: V(proprietary), V(open), V(either) or V(conflict).
+            type: str
+          recommended_branch:
+            description: The newest supported (not end-of-life) branch within the limits.
+            type: int
+        sample: {"architectures": ["Volta"], "min_branch": null, "max_branch": 580,
+                 "kernel_module": "proprietary", "recommended_branch": 580}
+      container_runtime:
+        description:
+          - Whether the container runtime checks the image's C(NVIDIA_REQUIRE_CUDA) for a container started with
+            C(docker --gpus) (how vllm_server gives GPUs), worked out from O(host) and C(image.env).
+          - "C(enforced) true, false or null (unknown: judged as the legacy hook would), C(mode) (V(legacy), V(cdi),
+            V(jit-cdi), V(csv) or null), C(why), C(disabled_by) (where C(NVIDIA_DISABLE_REQUIRE) switched it off) and
+            C(blocked) (why such a container would not start at all; the reason V(GPU_RUNTIME_BLOCKED))."
+        returned: success
+        type: dict
+        sample: {"enforced": true, "mode": "legacy", "blocked": null, "disabled_by": null,
+                 "why": "--gpus all makes Docker run nvidia-container-runtime-hook ..."}
+      policy_version:
+        description: Version of the shipped policy data.
+        returned: success
+        type: str
+        sample: "1.0.0"
+      steps:
+        description:
+          - What the rollout will do on the host, per step C(driver), C(runtime), C(image), C(model), C(server).
+          - "Each has C(action) and C(why). Actions: driver V(keep), V(install), V(replace) (C(current) ->
+            C(target)) or V(refuse); runtime V(keep) or V(install); image V(keep) or V(pull) (C(ref), C(digest),
+            C(judged_from)); model V(keep) or V(stage) (C(path)); server V(deploy) (C(instances)). On a refused host
+            every step is V(refuse) (C(reasons): the codes that block it) or V(skip), with C(planned_action)."
+        returned: success
+        type: dict
+        sample:
+          driver: {action: replace, current: "590.44.01", target: "580", branch: 580, managed: true,
+                   why: "driver 590.44.01 is replaced by R580 (request.driver.allow_change is true)"}
+          image: {action: pull, ref: "vllm/vllm-openai:v0.8.5", judged_from: "the shipped profile of vllm/vllm-openai:v0.8.5"}
+      instances:
+        description:
+          - One entry per instance of the request (one instance C(vllm) on all GPUs without O(request)), with the
+            request's own keys (C(name), C(port), ...) and C(allowed), C(reasons), C(warnings), C(gpu_indices),
+            C(gpu_count), C(vllm_args) (effective, C(enforce_eager) included), C(enforce_eager),
+            C(enforce_eager_why), C(argv) (the vLLM arguments the unit runs), C(served_model_name),
+            C(memory_plan) (as RV(verdict.plan)).
+        returned: success
+        type: list
+        elements: dict
+      serving_path:
+        description:
+          - How the model is served when allowed, V(native) (the checkpoint as it is), V(fp16_fallback) (an NVFP4
+            checkpoint from its FP16 copy) or V(gptq_repack) (from its GPTQ int4 copy, C(--quantization gptq); see
+            RV(verdict.serving)); null when refused.
+        returned: success
+        type: str
+        sample: native
+      serving:
+        description:
+          - The serving path decision (C(path), C(why), C(tried), C(model_path) (the directory the unit mounts),
+            C(source_model_path), C(fp16_model_path), C(fp16_weight_bytes), C(fp16_copy) (C(path), C(complete),
+            C(disk_free_bytes), C(disk_needed_bytes)), C(gptq_model_path), C(gptq_copy) (as C(fp16_copy)),
+            C(gptq_repack)).
+          - "C(gptq_repack) (when the repack was planned or tried): C(group_size), C(bits_per_weight), C(model_path),
+            C(repacked_bytes), C(repacked_bytes_per_gpu), C(repacked_gib_per_gpu), C(sized_from), C(expected_error)
+            (C(rel_rms), C(max_abs_rel), C(source): the converter's measured error against the exact NVFP4 values),
+            C(kv_cache_tokens) (the KV cache the memory plan leaves, in tokens), C(max_model_len), C(vllm_args)
+            (C(quantization) V(gptq), C(dtype) V(float16), C(model) the copy) and C(candidates) (every group size
+            tried, smallest first: C(group_size), C(allowed), C(reasons), C(why), C(repacked_bytes), C(bits_per_weight),
+            C(weights_bytes_per_gpu), C(sequence_kv_bytes_per_gpu), C(usable_bytes_per_gpu), C(kv_cache_tokens),
+            C(expected_error))."
+        returned: success
+        type: dict
+      target:
+        description: The state the plan leaves on the host (C(driver_version), C(driver_branch), C(image),
+          C(image_digest), C(model_path)).
+        returned: success
+        type: dict
+      deployment:
+        description: The request's image, image_digest, model_path, served_model_name and instance_names.
+        returned: success
+        type: dict
+      summary:
+        description: One line saying what the rollout will do on the host.
+        returned: success
+        type: str
+      plan_format:
+        description: Version of the plan's layout (1).
+        returned: success
+        type: int
+      made_from:
+        description:
+          - The inputs the plan was made from (C(gpus), C(driver_version), C(cuda_driver_version), C(nvlink),
+            C(driver_library_mismatch), C(lost_gpus), C(image), C(model), C(policy), C(host)), as given.
+          - The vllm_server role compares C(image) and C(model) with what it finds on the host and plans again
+            when they differ; the doctor asks the gate about other memory settings with them.
+        returned: success
+        type: dict
+      previous:
+        description:
+          - Only in a plan made again by the preflight role's re-check entry (C(tasks_from=recheck)) - the plan
+            it replaced (without its own C(previous)), so that both plans stay on record.
+        returned: when re-planned
+        type: dict
 """
 
 import os
@@ -563,6 +582,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate import GateInputError
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_inputs import image_gate_view
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import nearest_existing
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import has_control_chars
 # labfleet.vllm.nvfp4_repack's manifest in a finished GPTQ copy.
@@ -622,6 +642,11 @@ def measure_gptq_copy(request):
             "disk_free_bytes": free}
 
 
+# The inputs a plan records as what it was made from (verdict.made_from).
+MADE_FROM = ("gpus", "driver_version", "cuda_driver_version", "nvlink", "driver_library_mismatch", "lost_gpus",
+             "image", "model", "policy", "host")
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -647,7 +672,7 @@ def main():
         verdict = plan(
             gpus=params["gpus"],
             driver_version=params["driver_version"],
-            image=params["image"],
+            image=image_gate_view(params["image"]),
             model=params["model"],
             vllm=params["vllm"],
             policy_overrides=params["policy"],
@@ -663,26 +688,8 @@ def main():
     except GateInputError as exc:
         module.fail_json(msg="deploy_gate: invalid input: %s" % exc)
 
-    module.exit_json(
-        changed=False,
-        allowed=verdict["allowed"],
-        reasons=verdict["reasons"],
-        gate_warnings=verdict["warnings"],
-        effective_vllm=verdict["effective_vllm"],
-        plan=verdict["plan"],
-        driver_requirements=verdict["driver_requirements"],
-        policy_version=verdict["policy_version"],
-        steps=verdict["steps"],
-        instances=verdict["instances"],
-        serving_path=verdict["serving_path"],
-        serving=verdict["serving"],
-        container_runtime=verdict["container_runtime"],
-        target=verdict["target"],
-        deployment=verdict["deployment"],
-        summary=verdict["summary"],
-        plan_format=verdict["plan_format"],
-        verdict=verdict,
-    )
+    verdict["made_from"] = dict((key, params[key]) for key in MADE_FROM)
+    module.exit_json(changed=False, verdict=verdict)
 
 
 if __name__ == "__main__":

@@ -121,6 +121,20 @@ def to_mapping(value, where, expected):
 _MAX_ARG_INT = 2 ** 63
 
 
+def image_gate_view(image):
+    """The gate's ``image`` input from what labfleet.vllm.vllm_image_facts returned (its ``image``):
+    the ``gate`` part with the image's ``state``, ``reference``, ``digest``, ``env`` and
+    ``profile_matched`` beside it (the plan's image step reads them). A mapping without ``gate`` is
+    the gate's input already and is returned as it is; so is anything that is not a mapping (the
+    gate reports it)."""
+    if not isinstance(image, dict) or "gate" not in image:
+        return image
+    view = dict(to_mapping(image.get("gate"), "image.gate", "cuda_version, arch_list, vllm_version, ..."))
+    view.update(state=image.get("state"), reference=image.get("reference"), digest=image.get("digest"),
+                profile_matched=image.get("profile_matched", False), env=image.get("env") or {})
+    return view
+
+
 def check_plain_value(value, where, depth=0):
     """Raise GateInputError unless ``value`` (a value passed through to effective_vllm, an argv or a
     unit; lists and mappings are walked) is free of control characters (newline, carriage return,

@@ -74,18 +74,18 @@ def test_reference_deployment_through_the_module():
     kind, result = run_module(REFERENCE)
     assert kind == "exit"
     assert result["changed"] is False
-    assert result["allowed"] is True
-    assert result["reasons"] == []
-    assert "DTYPE_AUTOFIXED" in _codes(result["gate_warnings"])
-    assert "PCIE_WITHOUT_P2P" in _codes(result["gate_warnings"])
-    assert result["effective_vllm"]["dtype"] == "float16"
-    assert result["effective_vllm"]["served_model_name"] == "quasar"
-    assert result["plan"]["kv_bytes_per_token_per_gpu"] == 2 * 32 * 4 * 128 * 2
-    assert result["driver_requirements"]["max_branch"] == 580
+    assert result["verdict"]["allowed"] is True
+    assert result["verdict"]["reasons"] == []
+    assert "DTYPE_AUTOFIXED" in _codes(result["verdict"]["warnings"])
+    assert "PCIE_WITHOUT_P2P" in _codes(result["verdict"]["warnings"])
+    assert result["verdict"]["effective_vllm"]["dtype"] == "float16"
+    assert result["verdict"]["effective_vllm"]["served_model_name"] == "quasar"
+    assert result["verdict"]["plan"]["kv_bytes_per_token_per_gpu"] == 2 * 32 * 4 * 128 * 2
+    assert result["verdict"]["driver_requirements"]["max_branch"] == 580
     verdict = result["verdict"]
-    assert verdict["warnings"] == result["gate_warnings"]
-    assert set(verdict) >= {"allowed", "reasons", "warnings", "effective_vllm", "plan"}
-    assert "warnings" not in result or all(isinstance(w, str) for w in result["warnings"])
+    assert set(verdict) >= {"allowed", "reasons", "warnings", "effective_vllm", "plan", "made_from"}
+    # One plan object: nothing of it is returned a second time beside it.
+    assert set(result) == {"changed", "verdict"}
 
 
 def test_check_mode_gives_the_same_verdict():
@@ -100,19 +100,19 @@ def test_refusal_is_not_a_failure():
                                   "memory_total_mib": 16384}])
     kind, result = run_module(args)
     assert kind == "exit"
-    assert result["allowed"] is False
-    assert "COMPUTE_CAPABILITY_TOO_LOW" in _codes(result["reasons"])
+    assert result["verdict"]["allowed"] is False
+    assert "COMPUTE_CAPABILITY_TOO_LOW" in _codes(result["verdict"]["reasons"])
 
 
 def test_policy_option_reaches_the_gate():
     kind, result = run_module(dict(REFERENCE, policy={"auto_fix": False}))
     assert kind == "exit"
-    assert _codes(result["reasons"]) == ["DTYPE_UNSUPPORTED"]
+    assert _codes(result["verdict"]["reasons"]) == ["DTYPE_UNSUPPORTED"]
 
 
 def test_driver_library_mismatch_option():
     kind, result = run_module(dict(REFERENCE, driver_library_mismatch=True))
-    assert "DRIVER_LIBRARY_MISMATCH" in _codes(result["reasons"])
+    assert "DRIVER_LIBRARY_MISMATCH" in _codes(result["verdict"]["reasons"])
 
 
 def test_no_driver_on_a_fresh_host():
@@ -120,13 +120,13 @@ def test_no_driver_on_a_fresh_host():
     del args["driver_version"]
     kind, result = run_module(args)
     assert kind == "exit"
-    assert "DRIVER_UNKNOWN" in _codes(result["gate_warnings"])
+    assert "DRIVER_UNKNOWN" in _codes(result["verdict"]["warnings"])
 
 
 def test_defaults_give_no_gpu():
     kind, result = run_module({})
     assert kind == "exit"
-    assert _codes(result["reasons"]) == ["NO_GPU"]
+    assert _codes(result["verdict"]["reasons"]) == ["NO_GPU"]
 
 
 def test_one_gpu_lost_refuses_with_gpu_lost():
@@ -135,20 +135,20 @@ def test_one_gpu_lost_refuses_with_gpu_lost():
              "message": "GPU is lost.  Reboot the system to recover this GPU"}]
     kind, result = run_module(dict(REFERENCE, gpus=[dict(V100, uuid="GPU-2")], lost_gpus=lost))
     assert kind == "exit"
-    assert result["allowed"] is False
-    assert _codes(result["reasons"])[0] == "GPU_LOST"
-    message = result["reasons"][0]["message"]
+    assert result["verdict"]["allowed"] is False
+    assert _codes(result["verdict"]["reasons"])[0] == "GPU_LOST"
+    message = result["verdict"]["reasons"][0]["message"]
     assert message.startswith("0000:3b:00.0 (GPU 0) fell off the bus (nvidia-smi: 'GPU is lost.")
     assert "reboot the host" in message
     assert "plan on the 1 healthy GPU" in message and "at most 1 (now 2)" in message
     # the healthy GPU alone cannot carry tensor_parallel_size 2 either
-    assert "TENSOR_PARALLEL_EXCEEDS_GPUS" in _codes(result["reasons"])
+    assert "TENSOR_PARALLEL_EXCEEDS_GPUS" in _codes(result["verdict"]["reasons"])
     assert result["verdict"]["instances"][0]["allowed"] is False
 
 
 def test_lost_gpus_default_changes_nothing():
     kind, result = run_module(dict(REFERENCE, lost_gpus=[]))
-    assert kind == "exit" and result["allowed"] is True
+    assert kind == "exit" and result["verdict"]["allowed"] is True
 
 
 def test_malformed_lost_gpus_fail_with_a_message():
@@ -187,7 +187,17 @@ def test_documentation_parses_and_matches_argument_spec():
                                    "request", "host", "fp16_copy", "gptq_copy"}
     yaml.safe_load(deploy_gate.EXAMPLES)
     returned = yaml.safe_load(deploy_gate.RETURN)
-    assert {"allowed", "reasons", "gate_warnings", "effective_vllm", "plan", "verdict"} <= set(returned)
+    # One object, every field once: nothing beside the verdict, and what it contains is what it returns.
+    assert set(returned) == {"verdict"}
+    documented = set(returned["verdict"]["contains"])
+    kind, result = run_module(dict(REFERENCE))
+    assert kind == "exit"
+    assert set(result) - {"changed"} == {"verdict"}
+    # `previous` is added by the preflight role's re-check, never by the module.
+    assert returned["verdict"]["contains"]["previous"]["returned"] == "when re-planned"
+    assert set(result["verdict"]) == documented - {"previous"}, set(result["verdict"]) ^ documented
+    made_from_doc = " ".join(returned["verdict"]["contains"]["made_from"]["description"])
+    assert all("C(%s)" % key in made_from_doc for key in deploy_gate.MADE_FROM)
 
 
 # --- property tests: malformed values through the entry point -----------------------------------
@@ -221,8 +231,8 @@ def _assert_clean(kind, result):
         assert isinstance(result["msg"], str) and result["msg"].strip()
         assert "could not evaluate" not in result["msg"]
     else:
-        assert isinstance(result["allowed"], bool)
-        assert result["allowed"] == (not result["reasons"])
+        assert isinstance(result["verdict"]["allowed"], bool)
+        assert result["verdict"]["allowed"] == (not result["verdict"]["reasons"])
 
 
 @settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -299,3 +309,29 @@ def test_the_gptq_copys_directories_are_measured_on_the_host(tmp_path):
     assert deploy_gate.measure_gptq_copy({"model_path": str(model), "gptq_model_path": "rel"}) is None
     assert deploy_gate.measure_gptq_copy({"model_path": "/srv/\x00m"}) is None
     assert deploy_gate.measure_gptq_copy(None) is None
+
+
+def test_the_plan_records_what_it_was_made_from():
+    """made_from holds the module's inputs as given (the image whole, as vllm_image_facts returned it)."""
+    facts = {"state": "present", "reference": "vllm/vllm-openai:v0.8.5", "digest": "sha256:" + "a" * 64,
+             "profile_matched": True, "env": {"NVIDIA_REQUIRE_CUDA": "cuda>=12.4"},
+             "arch_list": ["7.0"], "gate": {"vllm_version": "0.8.5", "cuda_version": "12.4.0"}}
+    kind, result = run_module(dict(REFERENCE, image=facts))
+    assert kind == "exit"
+    made_from = result["verdict"]["made_from"]
+    assert made_from["image"] == facts
+    assert made_from["gpus"] == REFERENCE["gpus"]
+    assert made_from["model"] == REFERENCE["model"]
+    assert set(made_from) == set(deploy_gate.MADE_FROM)
+
+
+def test_image_facts_are_judged_as_their_gate_view():
+    """Passing vllm_image_facts' image whole gives the verdict its gate view gives."""
+    facts = {"state": "absent", "reference": "vllm/vllm-openai:v0.8.5", "digest": None, "profile_matched": True,
+             "env": {}, "gate": {"vllm_version": "0.8.5", "cuda_version": "12.4.0"}}
+    view = dict(facts["gate"], state="absent", reference=facts["reference"], digest=None, profile_matched=True, env={})
+    whole = run_module(dict(REFERENCE, image=facts))[1]["verdict"]
+    as_view = run_module(dict(REFERENCE, image=view))[1]["verdict"]
+    whole.pop("made_from")
+    as_view.pop("made_from")
+    assert whole == as_view
