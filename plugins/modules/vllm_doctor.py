@@ -56,9 +56,10 @@ options:
     default: {}
   gate_inputs:
     description:
-      - The deployment gate's inputs for this host (C(gpus), C(driver_version), C(image), C(model), C(nvlink),
-        C(cuda_driver_version), C(driver_library_mismatch), C(lost_gpus), C(policy_overrides)), so that the
-        out-of-memory check can ask the gate which settings fit. Empty - no settings are suggested.
+      - The deployment gate's inputs for this host, what its plan was made from (the plan's C(made_from) -
+        C(gpus), C(driver_version), C(image) (as M(labfleet.vllm.vllm_image_facts) read it, or the gate's view of
+        it), C(model), C(nvlink), C(cuda_driver_version), C(driver_library_mismatch), C(lost_gpus), C(policy)), so that
+        the out-of-memory check can ask the gate which settings fit. Empty - no settings are suggested.
     type: dict
     default: {}
   instance:

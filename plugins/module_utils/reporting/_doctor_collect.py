@@ -37,6 +37,7 @@ import stat
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import CDI_SPEC_DIRS, cdi_spec_paths, read_regular_text
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes._image import GPU_CHECK_SCRIPT
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._plan import served_model
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_inputs import image_gate_view
 
 # The largest text kept from one command or file (the journal tail of 5000 lines is about 1 MB).
 MAX_TEXT = 4 * 1024 * 1024
@@ -69,12 +70,12 @@ GATE_INPUT_KEYS = ("gpus", "driver_version", "image", "model", "policy_overrides
 
 
 def doctor_gate_inputs(gate_inputs, verdict):
-    """The gate's inputs for the out-of-memory check's search (the preflight's preflight_gate_inputs):
-    the keys evaluate() takes, with the model the plan serves (an NVFP4 checkpoint served from its FP16 copy is judged as that copy)."""
+    """The gate's inputs for the out-of-memory check's search: what the plan was made from (the
+    plan's made_from, deploy_gate's inputs; its ``image`` as vllm_image_facts read it, of which the
+    gate takes the gate view), the keys evaluate() takes, with the model the plan serves (an NVFP4
+    checkpoint served from its FP16 copy is judged as that copy)."""
     gate_inputs = dict(gate_inputs or {})
-    if gate_inputs.get("gate_image"):
-        # The preflight records the image as deploy_gate took it (with state, reference, env) there.
-        gate_inputs["image"] = gate_inputs["gate_image"]
+    gate_inputs["image"] = image_gate_view(gate_inputs.get("image"))
     inputs = dict((k, v) for k, v in gate_inputs.items() if k in GATE_INPUT_KEYS and v is not None)
     if not inputs.get("model"):
         return {}
