@@ -27,7 +27,11 @@ options:
   _input:
     description:
       - The per-host records, one dictionary per host.
-      - C(host) is the inventory name; C(preflight) the host's C(preflight_result) or null; C(driver) its
+      - C(host) is the inventory name; C(preflight) what the preflight left on the host, or null -
+        C(plan) (its plan, the fact C(preflight_verdict)), C(nvidia) and C(host) (the probes' facts
+        C(ansible_facts.nvidia) and C(ansible_facts.labfleet_host)) and C(probe_only) (bool), from which the
+        filter makes the host's preflight view (a record may carry that view instead, a mapping with C(verdict));
+        C(driver) its
         C(nvidia_driver_result) or null; C(runtime) its C(container_runtime_info) or null; C(server) its
         C(vllm_server_result) or null; C(rollout) its C(labfleet_rollout) (C(state) V(ok), V(failed) or
         V(not_reached), C(step), C(msg), C(batch), C(task)) or null; C(reachable) whether the host was still in the play
@@ -58,7 +62,10 @@ EXAMPLES = r"""
 - name: Build the report from two hosts' records
   ansible.builtin.set_fact:
     report: >-
-      {{ [{'host': 'gpu01', 'reachable': true, 'preflight': hostvars['gpu01']['preflight_result'],
+      {{ [{'host': 'gpu01', 'reachable': true,
+           'preflight': {'plan': hostvars['gpu01']['preflight_verdict'],
+                         'nvidia': hostvars['gpu01']['ansible_facts']['nvidia'],
+                         'host': hostvars['gpu01']['ansible_facts']['labfleet_host'], 'probe_only': false},
            'server': hostvars['gpu01']['vllm_server_result'] | default(none)},
           {'host': 'gpu02', 'reachable': false, 'preflight': none}]
          | labfleet.vllm.fleet_report('rollout') }}
@@ -73,8 +80,9 @@ _value:
   description:
     - The report document. C(report_format) (2), C(collection), C(mode), C(outcomes) (every outcome word in rule
       order, with its meaning), C(hosts) (one entry per host, sorted by name) and C(summary).
-    - Each host entry holds the preflight result's keys (C(verdict), C(state), C(reasons), C(warnings), C(gpu_count),
-      ...) and adds C(outcome), C(outcome_detail), C(reachable), C(serving_label) (the serving path as the report
+    - Each host entry holds the preflight view's keys (C(verdict), C(state), C(reasons), C(warnings), C(gpu_count),
+      C(target) and C(policy_version) of the plan, C(replanned) when the rollout planned the host again, ...)
+      and adds C(outcome), C(outcome_detail), C(reachable), C(serving_label) (the serving path as the report
       names it, V(gptq_repack) with the group size, bits per weight and expected error), C(rollout) (C(driver),
       C(runtime), C(server)), C(rollout_status), C(serving) (deployed and serving hosts - C(image),
       C(image_digest), C(model_path), C(serving_path), C(served_model_path), C(fp16_copy), C(gptq_copy) and

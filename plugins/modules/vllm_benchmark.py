@@ -169,7 +169,7 @@ EXAMPLES = r"""
     model: quasar
     api_key: "{{ vllm_server_api_key }}"
     concurrency: [1, 8]
-    flags: "{{ preflight_result['instances'][0]['argv'] }}"
+    flags: "{{ preflight_verdict['instances'][0]['argv'] }}"
     image_digest: "{{ vllm_image['digest'] }}"
     gpu_name: "{{ ansible_facts['nvidia']['gpus'][0]['name'] }}"
     weight_bytes_per_gpu: "{{ (model['weight_bytes'] / 2) | int }}"
@@ -186,7 +186,7 @@ EXAMPLES = r"""
     url: http://127.0.0.1:8000
     model: quasar
     concurrency: [1, 8]
-    flags: "{{ preflight_result['instances'][0]['argv'] }}"
+    flags: "{{ preflight_verdict['instances'][0]['argv'] }}"
     image_digest: "{{ vllm_image['digest'] }}"
     baseline: "{{ lookup('ansible.builtin.file', 'baseline.json') | from_json }}"
     allow_differences: [flags]

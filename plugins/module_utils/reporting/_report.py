@@ -223,6 +223,114 @@ def _failure(step, msg, server, rollout):
     }
 
 
+# The layout of the plan (deploy_gate's verdict, decisions/_plan.py PLAN_FORMAT) this report reads.
+PLAN_FORMAT = 1
+
+
+def _unique(values):
+    """The values in their first order, each once; None and empty values left out."""
+    out = []
+    for value in values:
+        if value not in (None, "", []) and value not in out:
+            out.append(value)
+    return out
+
+
+def _target_text(target):
+    """One line for the plan's target state: driver, image (digest), model."""
+    target = _mapping(target) or {}
+    parts = []
+    if target.get("driver_version"):
+        parts.append("driver %s" % _text(target.get("driver_version")))
+    if target.get("image"):
+        parts.append("image %s%s" % (_text(target.get("image")),
+                                     " @ " + _text(target.get("image_digest")) if target.get("image_digest") else ""))
+    if target.get("model_path"):
+        parts.append("model %s" % _text(target.get("model_path")))
+    return ", ".join(parts)
+
+
+def _replanned_text(plan, previous):
+    """What the re-check changed: which inputs differed and how the verdict went; "" when not re-planned."""
+    previous = _mapping(previous)
+    if previous is None:
+        return ""
+    old_from = _mapping(previous.get("made_from")) or {}
+    new_from = _mapping(plan.get("made_from")) or {}
+    changed = [key for key in sorted(set(old_from) | set(new_from)) if old_from.get(key) != new_from.get(key)]
+    before = "allowed" if previous.get("allowed") else "refused"
+    after = "allowed" if plan.get("allowed") else "refused"
+    return "planned again during the rollout (%s differed from the preflight's); %s before, %s now" % (
+        ", ".join(changed) or "nothing", before, after)
+
+
+def preflight_view(parts, host):
+    """The report's view of one host's preflight, made from what the preflight left: ``plan`` (the
+    plan, the fact preflight_verdict), ``nvidia`` and ``host`` (the probes' facts, ansible_facts
+    nvidia and labfleet_host) and ``probe_only``. It holds only what stays put between runs (no free
+    memory or disk figures), so that writing the report is a change only when the fleet changed.
+    A plan of another layout (plan_format) is not read: the view says so and carries no verdict."""
+    parts = _mapping(parts) or {}
+    plan = _mapping(parts.get("plan")) or {}
+    nvidia = _mapping(parts.get("nvidia")) or {}
+    facts = _mapping(parts.get("host")) or {}
+    gpus = [g for g in (nvidia.get("gpus") or []) if isinstance(g, dict)]
+    serving = _mapping(plan.get("serving")) or {}
+    deployment = _mapping(plan.get("deployment")) or {}
+    plan_format = plan.get("plan_format")
+    readable = plan_format in (None, PLAN_FORMAT)
+    view = {
+        "host": host,
+        "state": nvidia.get("state"),
+        "msg": nvidia.get("msg"),
+        "present": nvidia.get("present"),
+        "backend": nvidia.get("backend"),
+        "gpu_count": len(gpus),
+        "lost_gpus": nvidia.get("lost_gpus") or [],
+        "gpu_models": _unique(g.get("name") for g in gpus),
+        "compute_capabilities": _unique(g.get("compute_capability") for g in gpus),
+        "architectures": _unique(g.get("architecture") for g in gpus),
+        "vram_mib": [g["memory_total_mib"] for g in gpus if g.get("memory_total_mib")],
+        "driver_version": nvidia.get("driver_version"),
+        "cuda_driver_version": nvidia.get("cuda_driver_version"),
+        "kernel_module_version": nvidia.get("kernel_module_version"),
+        "driver_library_mismatch": nvidia.get("driver_library_mismatch"),
+        "nvlink": nvidia.get("nvlink"),
+        "cpu_isa": (_mapping(facts.get("cpu")) or {}).get("isa"),
+        "container": facts.get("container"),
+        "verdict": ("allowed" if plan.get("allowed") else "refused") if readable else None,
+        "probe_only": bool(parts.get("probe_only")),
+        "reasons": plan.get("reasons") or [],
+        "warnings": plan.get("warnings") or [],
+        "plan": plan.get("plan") or {},
+        "effective_vllm": plan.get("effective_vllm") or {},
+        "image": deployment.get("image"),
+        "model_path": deployment.get("model_path"),
+        "steps": plan.get("steps") or {},
+        "instances": plan.get("instances") or [],
+        "rollout_plan": plan.get("summary") or "",
+        "target": _target_text(plan.get("target")),
+        "policy_version": plan.get("policy_version"),
+        "replanned": _replanned_text(plan, plan.get("previous")),
+        "serving_path": plan.get("serving_path"),
+        "serving_why": serving.get("why"),
+        "serving_repack": serving.get("gptq_repack"),
+    }
+    if not readable:
+        view["msg"] = _sentence(_text(view["msg"]), "The recorded plan has plan_format %s; this report reads %d: "
+                                "run the preflight again with this collection." % (_text(plan_format), PLAN_FORMAT))
+    return view
+
+
+def _preflight_of(record):
+    """The record's preflight view: made here from ``plan``/``nvidia``/``host`` (what the fleet_report
+    role passes), or the view itself when a record carries one (no ``plan`` key); None when absent."""
+    pre = _mapping(record.get("preflight"))
+    if pre is not None and "plan" in pre and "verdict" not in pre:
+        return preflight_view(pre, _text(record.get("host")) or "?")
+    return pre
+
+
 def host_outcome(record, mode="rollout"):
     """The outcome of one host: (outcome, outcome_detail, extra).
 
@@ -233,7 +341,7 @@ def host_outcome(record, mode="rollout"):
     """
     record = record if isinstance(record, dict) else {}
     reachable = bool(record.get("reachable", True))
-    pre = _mapping(record.get("preflight"))
+    pre = _preflight_of(record)
     driver = _mapping(record.get("driver")) or {}
     server = _mapping(record.get("server")) or {}
     rollout = _mapping(record.get("rollout")) or {}
@@ -243,7 +351,7 @@ def host_outcome(record, mode="rollout"):
     if pre is None:
         if not reachable:
             return ("unreachable", "The host was unreachable or failed before the preflight recorded anything.", extra)
-        return ("no_data", "The host is in the play but has no preflight result (preflight_result is not set).", extra)
+        return ("no_data", "The host is in the play but has no preflight result (preflight_verdict is not set).", extra)
 
     verdict = pre.get("verdict")
     probe_only = bool(pre.get("probe_only"))
@@ -333,7 +441,7 @@ def host_entry(record, mode="rollout"):
     """The report entry of one host: the preflight's fields, the role results and the outcome."""
     record = record if isinstance(record, dict) else {}
     host = _text(record.get("host")) or "?"
-    pre = _mapping(record.get("preflight"))
+    pre = _preflight_of(record)
     if pre is None:
         entry = {"host": host, "state": "no_data", "msg": _NO_PREFLIGHT_MSG}
     else:

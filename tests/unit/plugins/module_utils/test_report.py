@@ -357,3 +357,71 @@ def test_hostile_strings_pass_through_the_document_unchanged():
     assert entry["host"] == hostile
     assert entry["failure"]["msg"] == hostile
     assert hostile in entry["outcome_detail"]
+
+
+# --- the report's view of a host, made from the plan itself -----------------------------------------
+
+_V100 = {"name": "Tesla V100-PCIE-32GB", "compute_capability": "7.0", "architecture": "volta",
+         "memory_total_mib": 32768}
+
+
+def _plan(**over):
+    plan = {"plan_format": R.PLAN_FORMAT, "allowed": True, "reasons": [], "warnings": [],
+            "summary": "keep the driver; deploy 1 instance",
+            "target": {"driver_version": "550.54.14", "image": "vllm/vllm-openai:v0.8.5",
+                       "image_digest": "sha256:" + "a" * 64, "model_path": "/srv/models/m"},
+            "deployment": {"image": "vllm/vllm-openai:v0.8.5", "model_path": "/srv/models/m"},
+            "policy_version": "2026.12", "steps": {"server": {"action": "deploy"}},
+            "made_from": {"image": {"digest": "sha256:" + "a" * 64}, "model": {"weight_bytes": 10}}}
+    plan.update(over)
+    return plan
+
+
+def test_the_view_is_made_from_the_plan_and_the_probes():
+    nvidia = {"state": "ok", "gpus": [_V100, dict(_V100)], "driver_version": "550.54.14"}
+    view = R.preflight_view({"plan": _plan(), "nvidia": nvidia, "host": {"cpu": {"isa": ["avx2"]}}}, "gpu1")
+    assert view["verdict"] == "allowed"
+    assert view["gpu_count"] == 2
+    assert view["gpu_models"] == ["Tesla V100-PCIE-32GB"]          # each model once
+    assert view["vram_mib"] == [32768, 32768]
+    assert view["target"] == ("driver 550.54.14, image vllm/vllm-openai:v0.8.5 @ sha256:" + "a" * 64
+                              + ", model /srv/models/m")
+    assert view["policy_version"] == "2026.12"
+    assert view["replanned"] == ""
+    assert view["cpu_isa"] == ["avx2"]
+
+
+def test_a_refused_plan_gives_a_refused_view():
+    view = R.preflight_view({"plan": _plan(allowed=False, reasons=[{"code": "DRIVER_TOO_OLD_FOR_IMAGE"}])}, "h")
+    assert view["verdict"] == "refused"
+    assert view["reasons"] == [{"code": "DRIVER_TOO_OLD_FOR_IMAGE"}]
+
+
+def test_a_re_planned_host_says_what_differed_and_how_the_verdict_went():
+    old = _plan()
+    new = _plan(allowed=False, made_from={"image": {"digest": "sha256:" + "b" * 64}, "model": {"weight_bytes": 10}},
+                previous=old)
+    text = R.preflight_view({"plan": new}, "h")["replanned"]
+    assert text == ("planned again during the rollout (image differed from the preflight's); "
+                    "allowed before, refused now")
+
+
+def test_a_plan_of_another_layout_is_not_read_as_a_verdict():
+    view = R.preflight_view({"plan": _plan(plan_format=R.PLAN_FORMAT + 1)}, "h")
+    assert view["verdict"] is None
+    assert "plan_format %d" % (R.PLAN_FORMAT + 1) in view["msg"]
+    assert "run the preflight again" in view["msg"]
+
+
+def test_a_record_with_the_plan_gets_its_view_and_its_outcome():
+    record = {"host": "gpu1", "reachable": True,
+              "preflight": {"plan": _plan(allowed=False, reasons=[{"code": "X"}]), "nvidia": {}, "host": {}}}
+    assert R.host_outcome(record)[0] == "refused"
+    assert R.host_entry(record)["verdict"] == "refused"
+    probe_only = {"host": "gpu1", "preflight": {"plan": _plan(), "probe_only": True}}
+    assert R.preflight_view(probe_only["preflight"], "gpu1")["probe_only"] is True
+
+
+def test_the_report_reads_the_plan_format_the_gate_writes():
+    from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _plan as P
+    assert P.PLAN_FORMAT == R.PLAN_FORMAT
