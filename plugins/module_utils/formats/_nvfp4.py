@@ -54,6 +54,7 @@ import struct
 import queue
 import tempfile
 import threading
+from decimal import Decimal
 
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import quant_key, quant_text
 
@@ -73,6 +74,8 @@ BLOCK = 16
 # Elements per row block (float32 work buffer = 4 bytes each): bounds the converter's memory.
 BLOCK_ELEMENTS = 1 << 22
 MAX_HEADER_BYTES = 100000000
+# The largest max_shard_size taken (2**53 bytes: exact in JSON numbers and in other readers' floats).
+MAX_COUNT = 2 ** 53
 LAYOUTS = ("auto", "modelopt", "compressed_tensors")
 # config.json, the index and the quantization descriptions are read whole, up to this size.
 MAX_JSON_BYTES = 64 << 20
@@ -358,22 +361,61 @@ def read_header(path):
         raise Nvfp4Error("%s: header must be a JSON object" % path)
     header.pop("__metadata__", None)
     data_start = 8 + length
-    tensors = {}
-    for name, info in header.items():
-        try:
-            dtype, shape, offsets = info["dtype"], [int(d) for d in info["shape"]], [int(o) for o in info["data_offsets"]]
-        except (TypeError, KeyError, ValueError):
-            raise Nvfp4Error("%s: tensor %r has a malformed entry (needs dtype, shape, data_offsets)" % (path, name))
-        numel = 1
-        for dim in shape:
-            numel *= dim
-        if dtype in DTYPE_BYTES and offsets[1] - offsets[0] != numel * DTYPE_BYTES[dtype]:
-            raise Nvfp4Error("%s: tensor %r spans %d bytes but shape %r of %s needs %d"
-                             % (path, name, offsets[1] - offsets[0], shape, dtype, numel * DTYPE_BYTES[dtype]))
-        if offsets[0] < 0 or data_start + offsets[1] > size:
-            raise Nvfp4Error("%s: tensor %r lies outside the file (truncated?); re-download it" % (path, name))
-        tensors[name] = {"dtype": dtype, "shape": shape, "offsets": offsets, "file": path}
+    tensors = dict((name, _header_entry(path, name, info)) for name, info in header.items())
+    _check_tiling(path, tensors, size - data_start)
     return {"path": path, "data_start": data_start, "file_bytes": size, "tensors": tensors}
+
+
+def _is_count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _header_entry(path, name, info):
+    """One tensor's entry of a safetensors header, checked as the safetensors library checks it
+    (safetensors/src/tensor.rs, Metadata::validate): a known dtype, a shape of non-negative whole
+    numbers, data_offsets [begin, end] with begin <= end spanning exactly shape x dtype size."""
+    if not isinstance(info, dict) or not isinstance(info.get("shape"), list) \
+            or not isinstance(info.get("data_offsets"), list) or len(info["data_offsets"]) != 2:
+        raise Nvfp4Error("%s: tensor %r has a malformed entry (needs dtype, shape, data_offsets [begin, end]); "
+                         "re-download it" % (path, name))
+    dtype, shape, offsets = info.get("dtype"), info["shape"], info["data_offsets"]
+    if dtype not in DTYPE_BYTES:
+        raise Nvfp4Error("%s: tensor %r has dtype %r, which is not a safetensors dtype this converter knows (%s); "
+                         "the file is damaged or not a checkpoint this converter handles"
+                         % (path, name, dtype, ", ".join(sorted(DTYPE_BYTES))))
+    if not all(_is_count(dim) for dim in shape):
+        raise Nvfp4Error("%s: tensor %r has shape %r; every dimension must be a whole number of 0 or more; "
+                         "re-download it" % (path, name, shape))
+    if not all(_is_count(offset) for offset in offsets) or offsets[0] > offsets[1]:
+        raise Nvfp4Error("%s: tensor %r has data_offsets %r; they must be whole numbers with begin <= end; "
+                         "re-download it" % (path, name, offsets))
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    if offsets[1] - offsets[0] != numel * DTYPE_BYTES[dtype]:
+        raise Nvfp4Error("%s: tensor %r spans %d bytes but shape %r of %s needs %d"
+                         % (path, name, offsets[1] - offsets[0], shape, dtype, numel * DTYPE_BYTES[dtype]))
+    return {"dtype": dtype, "shape": list(shape), "offsets": list(offsets), "file": path}
+
+
+def _check_tiling(path, tensors, data_bytes):
+    """The tensors' byte ranges tile the data section: sorted by offset, each begins where the one
+    before ends, the first at 0 and the last at the end of the file (safetensors refuses anything
+    else: InvalidOffset, MetadataIncompleteBuffer), so no two tensors share bytes and none are unread."""
+    end = 0
+    for name in sorted(tensors, key=lambda n: (tensors[n]["offsets"][0], tensors[n]["offsets"][1], n)):
+        begin, stop = tensors[name]["offsets"]
+        if stop > data_bytes:
+            raise Nvfp4Error("%s: tensor %r lies outside the file (its data ends at byte %d of %d; truncated?); "
+                             "re-download it" % (path, name, stop, data_bytes))
+        if begin != end:
+            what = "overlaps the tensor before it" if begin < end else "leaves a gap of %d bytes before it" % (begin - end)
+            raise Nvfp4Error("%s: tensor %r (bytes %d-%d of the data) %s: the byte ranges of a safetensors file "
+                             "must tile its data; the file is damaged, re-download it" % (path, name, begin, stop, what))
+        end = stop
+    if end != data_bytes:
+        raise Nvfp4Error("%s: %d bytes after the last tensor belong to no tensor (the tensors end at %d of %d); "
+                         "the file is damaged, re-download it" % (path, data_bytes - end, end, data_bytes))
 
 
 def load_tensor(header, name):
@@ -555,10 +597,14 @@ def parse_size(text):
         match = re.match(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$", str(text))
         if not match or match.group(2).upper() not in _SIZE_UNITS:
             raise Nvfp4Error("max_shard_size=%r is not a size; use e.g. \"5GB\", \"500MB\" or \"2GiB\"" % (text,))
-        value, unit = float(match.group(1)), match.group(2).upper()
+        if len(match.group(1)) > 30:
+            raise Nvfp4Error("max_shard_size=%r is too large; use at most %d bytes, e.g. \"5GB\"" % (text, MAX_COUNT))
+        value, unit = Decimal(match.group(1)), match.group(2).upper()
     size = int(value * _SIZE_UNITS[unit])
     if size <= 0:
         raise Nvfp4Error("max_shard_size=%r must be more than 0 bytes" % (text,))
+    if size > MAX_COUNT:
+        raise Nvfp4Error("max_shard_size=%r is too large; use at most %d bytes, e.g. \"5GB\"" % (text, MAX_COUNT))
     return size
 
 
@@ -593,6 +639,7 @@ def _plan(src, layout, headers, layer_entry):
         if last == packed_suffix and info["dtype"] == "U8":
             scale_name, tensor_name = "%s.%s" % (prefix, scale_suffix), "%s.%s" % (prefix, tensor_suffix)
             if scale_name in where and tensor_name in where:
+                _check_scale_dtypes(src, layout, (name, scale_name, tensor_name), where)
                 quantized[prefix] = (name, scale_name, tensor_name)
             elif layout == "compressed_tensors" or scale_name in where:
                 raise Nvfp4Error("%s: tensor %s is packed NVFP4 but %s or %s is missing; the checkpoint is incomplete "
@@ -634,6 +681,60 @@ def _plan(src, layout, headers, layer_entry):
                 out.append(_entry(name, "cast" if dtype != info["dtype"] else "copy", dtype, info["shape"], nbytes,
                                   (name,)))
     return out, where
+
+
+# The dtypes an NVFP4 layer's block scale and per-tensor scale are stored in (ModelOpt's exporter and
+# compressed-tensors both write float8_e4m3fn block scales and float32 per-tensor scales; BF16 and F16
+# per-tensor scales are read too). A block scale of another dtype would be read as the wrong codes.
+_BLOCK_SCALE_DTYPES = ("F8_E4M3",)
+_TENSOR_SCALE_DTYPES = ("F32", "BF16", "F16")
+
+
+def _check_scale_dtypes(src, layout, inputs, where):
+    _packed, scale_name, tensor_name = inputs
+    scale_dtype = where[scale_name]["tensors"][scale_name]["dtype"]
+    tensor_dtype = where[tensor_name]["tensors"][tensor_name]["dtype"]
+    if scale_dtype not in _BLOCK_SCALE_DTYPES:
+        raise Nvfp4Error("%s: block scale %s is %s, but an NVFP4 layer's block scales are %s in the %s layout; "
+                         "the checkpoint is damaged or not NVFP4 (re-download it, or set layout to the other one)"
+                         % (src, scale_name, scale_dtype, " or ".join(_BLOCK_SCALE_DTYPES), layout))
+    if tensor_dtype not in _TENSOR_SCALE_DTYPES:
+        raise Nvfp4Error("%s: per-tensor scale %s is %s, but it must be one of %s in the %s layout; the checkpoint "
+                         "is damaged or not NVFP4 (re-download it)"
+                         % (src, tensor_name, tensor_dtype, ", ".join(_TENSOR_SCALE_DTYPES), layout))
+
+
+def check_index(model_dir, files, headers):
+    """Every tensor the index places in a shard is in that shard's header (a loader looks for it
+    there); raises Nvfp4Error naming the first that is not. Nothing to check without an index."""
+    index = os.path.join(model_dir, INDEX_FILE)
+    if not os.path.exists(index):
+        return
+    by_file = dict((name, header) for name, header in zip(files, headers))
+    weight_map = _read_json(index).get("weight_map") or {}
+    for tensor, shard in sorted(weight_map.items()):
+        header = by_file.get(shard)
+        if header is not None and tensor not in header["tensors"]:
+            raise Nvfp4Error("%s: %s places tensor %r in %s, but that shard's header has no such tensor; the "
+                             "download is incomplete or mixes two revisions, re-download it"
+                             % (model_dir, INDEX_FILE, tensor, shard))
+
+
+def verify_copy(directory, weight_map, outputs):
+    """Read back a written copy before it is published: every shard is a valid safetensors file (the
+    checks of read_header: known dtypes, byte ranges that tile the data, the file's exact size),
+    holds exactly the tensors the index places in it, and has the size the manifest records.
+    Raises Nvfp4Error (the copy is then not published)."""
+    for shard in sorted(set(weight_map.values())):
+        path = os.path.join(directory, shard)
+        header = read_header(path)
+        listed = set(name for name, where in weight_map.items() if where == shard)
+        if set(header["tensors"]) != listed:
+            raise Nvfp4Error("internal error: the written shard %s holds %d tensors, its index %d; nothing was "
+                             "published" % (shard, len(header["tensors"]), len(listed)))
+        if header["file_bytes"] != outputs.get(shard, {}).get("size"):
+            raise Nvfp4Error("internal error: the written shard %s has %d bytes, the manifest %r; nothing was "
+                             "published" % (shard, header["file_bytes"], outputs.get(shard, {}).get("size")))
 
 
 def _shards(tensors, max_shard):
@@ -887,6 +988,7 @@ def convert(src, dest, target, layout="auto", max_shard_size="5GB", check_mode=F
     max_shard = parse_size(max_shard_size)
     files = _weight_files(src)
     headers = [read_header(os.path.join(src, f)) for f in files]
+    check_index(src, files, headers)
     if layout == "auto":
         layout = detect_layout(src, headers)
     tensors, where = _plan(src, layout, headers, target.layer_entry)
@@ -987,6 +1089,7 @@ def convert(src, dest, target, layout="auto", max_shard_size="5GB", check_mode=F
                 shutil.copyfileobj(source, out, 1 << 20)
         for name in (INDEX_FILE, "config.json"):
             outputs[name] = {"size": os.path.getsize(os.path.join(tmp, name))}
+        verify_copy(tmp, weight_map, outputs)
         manifest = {"converter_version": target.version, "settings": settings, "outputs": outputs,
                     "inputs": _hashed(hasher, hashes, hash_errors, inputs)}
         manifest.update(target.manifest_extra())

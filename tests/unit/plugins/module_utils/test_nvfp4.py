@@ -247,17 +247,21 @@ _ST = {"U8": np.uint8, "F8_E4M3": np.uint8, "F32": np.float32, "F16": np.float16
        "I64": np.int64}
 
 
-def write_st(path, tensors):
-    """tensors: list of (name, st_dtype, numpy array); raw little-endian bytes in list order."""
+def write_st(path, tensors, edit=None, extra=b""):
+    """tensors: list of (name, st_dtype, numpy array); raw little-endian bytes in list order.
+    ``edit(header)`` may damage the header before it is written, ``extra`` bytes follow the data
+    (test_nvfp4_hostile.py)."""
     header, blobs, offset = {}, [], 0
     for name, dtype, arr in tensors:
         raw = np.ascontiguousarray(arr, dtype=_ST[dtype]).tobytes()
         header[name] = {"dtype": dtype, "shape": list(np.shape(arr)), "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
         offset += len(raw)
+    if edit:
+        edit(header)
     text = json.dumps(header).encode("utf-8")
     with open(path, "wb") as handle:
-        handle.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+        handle.write(struct.pack("<Q", len(text)) + text + b"".join(blobs) + extra)
 
 
 def read_st(path):

@@ -52,6 +52,7 @@ __metaclass__ = type
 import glob
 import json
 import os
+import struct
 
 import pytest
 
@@ -276,3 +277,54 @@ def test_matches_compressed_tensors_checkpoint_dequantizer(ct_checkpoint, ours, 
     for name in ("lm_head.weight", "model.norm.weight", "model.norm.bias"):
         assert theirs[name].dtype == torch.bfloat16
         assert torch.equal(_bits(out[name]), _bits(theirs[name].to(torch.float16))), name
+
+
+# --- the strict header checks agree with the safetensors library (issue 24, part 2) ----------------
+
+def _damaged(path, edit, extra=b""):
+    """Two F32 tensors of 4 elements written by hand; ``edit(header)`` damages the header."""
+    header = {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+              "b": {"dtype": "F32", "shape": [4], "data_offsets": [16, 32]}}
+    edit(header)
+    text = json.dumps(header).encode("utf-8")
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(text)) + text + b"\0" * 32 + extra)
+
+
+def _set(name, key, value):
+    def edit(header):
+        header[name][key] = value
+    return edit
+
+
+_DAMAGE = {
+    "overlap": (_set("b", "data_offsets", [8, 24]), b""),
+    "gap": (_set("b", "data_offsets", [20, 36]), b"\0" * 4),
+    "trailing bytes": (lambda header: None, b"\0" * 8),
+    "unknown dtype": (_set("a", "dtype", "F17"), b""),
+    "negative dimension": (_set("a", "shape", [-4]), b""),
+    "size not shape x dtype": (_set("a", "shape", [5]), b""),
+    "beyond the file": (_set("b", "data_offsets", [16, 48]), b""),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_DAMAGE))
+def test_a_header_the_safetensors_library_refuses_is_refused_by_ours(tmp_path, damage):
+    from safetensors import safe_open
+    edit, extra = _DAMAGE[damage]
+    path = str(tmp_path / "damaged.safetensors")
+    _damaged(path, edit, extra)
+    with pytest.raises(Exception):
+        with safe_open(path, framework="pt") as handle:
+            [handle.get_tensor(name) for name in handle.keys()]
+    with pytest.raises(_nvfp4.Nvfp4Error):
+        _nvfp4.read_header(path)
+
+
+def test_an_intact_hand_written_header_is_read_by_both(tmp_path):
+    from safetensors import safe_open
+    path = str(tmp_path / "intact.safetensors")
+    _damaged(path, lambda header: None)
+    with safe_open(path, framework="pt") as handle:
+        assert sorted(handle.keys()) == ["a", "b"]
+    assert sorted(_nvfp4.read_header(path)["tensors"]) == ["a", "b"]
