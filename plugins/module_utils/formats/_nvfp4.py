@@ -597,8 +597,6 @@ def parse_size(text):
         match = re.match(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$", str(text))
         if not match or match.group(2).upper() not in _SIZE_UNITS:
             raise Nvfp4Error("max_shard_size=%r is not a size; use e.g. \"5GB\", \"500MB\" or \"2GiB\"" % (text,))
-        if len(match.group(1)) > 30:
-            raise Nvfp4Error("max_shard_size=%r is too large; use at most %d bytes, e.g. \"5GB\"" % (text, MAX_COUNT))
         value, unit = Decimal(match.group(1)), match.group(2).upper()
     size = int(value * _SIZE_UNITS[unit])
     if size <= 0:
