@@ -19,6 +19,9 @@ description:
     model directory and Docker's data root. A path that does not exist yet is measured on its
     closest existing parent.
   - Reports the Docker engine and nvidia-container-toolkit versions when they are installed.
+  - Reports the installed NVIDIA driver packages and the driver version they carry, as C(dpkg-query)
+    or C(rpm) list them (and dnf's version locks), so that the preflight's plan decides the driver
+    step from what is installed, not only from what is loaded.
   - Reports what decides whether the container runtime checks an image's C(NVIDIA_REQUIRE_CUDA), namely the
     toolkit's mode (C(/etc/nvidia-container-runtime/config.toml)), Docker's default runtime and CDI
     state (C(docker info), or C(/etc/docker/daemon.json) when the engine does not answer) and the
@@ -85,6 +88,17 @@ ansible_facts:
           type: dict
           sample: {"model": {"path": "/srv/models/llama", "measured_at": "/srv", "exists": false,
                    "free_mib": 812345, "total_mib": 937000}}
+        driver_packages:
+          description:
+            - C(manager) (V(dpkg), V(rpm), or null when neither is installed), C(installed_version) (the driver
+              version the packages carry, null when no driver package is installed), C(packages) (the installed
+              packages that belong to the driver), C(held) (those held or version-locked) and C(error) (why the
+              listing failed, else null).
+          returned: always
+          type: dict
+          sample: {"manager": "dpkg", "installed_version": "550.163.01", "error": null,
+                   "packages": ["libcuda1", "libnvidia-ml1", "nvidia-kernel-dkms", "nvidia-smi"],
+                   "held": ["libcuda1", "libnvidia-ml1", "nvidia-kernel-dkms", "nvidia-smi"]}
         container:
           description:
             - Docker client and server versions, the last line of Docker's error when the engine does
@@ -124,6 +138,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import 
     parse_cpuinfo,
     read_regular_text,
 )
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._packages import read_driver_packages
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import has_control_chars
 
 
@@ -158,7 +173,9 @@ def main():
         return module.run_command(argv, environ_update={"LC_ALL": "C"})
 
     container = container_stack(run, module.get_bin_path)
-    module.exit_json(changed=False, ansible_facts={"labfleet_host": {"cpu": cpu, "disk": disk, "container": container}})
+    packages = read_driver_packages(run, module.get_bin_path, read_regular_text)
+    module.exit_json(changed=False, ansible_facts={"labfleet_host": {
+        "cpu": cpu, "disk": disk, "container": container, "driver_packages": packages}})
 
 
 if __name__ == "__main__":

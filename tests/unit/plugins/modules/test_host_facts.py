@@ -37,6 +37,10 @@ def test_reads_cpu_disk_and_container(tmp_path, capsys):
                                        "toolkit_config", "nvidia_runtime_mode", "docker_default_runtime",
                                        "docker_cdi_enabled", "cdi_specs"}
     assert facts["container"]["toolkit_config"]["path"] == "/etc/nvidia-container-runtime/config.toml"
+    # This machine's own package database (Debian: dpkg): read, never changed.
+    packages = facts["driver_packages"]
+    assert set(packages) == {"manager", "installed_version", "packages", "held", "error"}
+    assert packages["manager"] in ("dpkg", "rpm", None) and packages["error"] is None
 
 
 def test_relative_disk_path_is_refused_with_a_fix(tmp_path, capsys):
