@@ -63,7 +63,11 @@ description:
     V(TENSOR_PARALLEL_EXCEEDS_GPUS) tensor_parallel_size x pipeline_parallel_size exceeds the GPU count
     (of the instance, with O(request));
     V(DRIVER_CHANGE_NOT_ALLOWED) the request asks for another driver than the installed one without
-    C(request.driver.allow_change); V(INSTANCE_GPUS_UNAVAILABLE) an instance names a GPU index the host lacks;
+    C(request.driver.allow_change); V(DRIVER_NOT_FROM_PACKAGES) a driver answers but no driver package is installed;
+    V(DRIVER_KERNEL_MODULE_UNSUITABLE) C(request.driver.kernel_module) cannot drive the GPUs (or cannot be chosen);
+    V(DRIVER_SOURCE_UNAVAILABLE) no source the nvidia_driver role uses ships the branch for the host's
+    distribution; V(DRIVER_PACKAGES_UNREADABLE) the host's package manager could not list its packages;
+    V(INSTANCE_GPUS_UNAVAILABLE) an instance names a GPU index the host lacks;
     V(FP16_FALLBACK_NOT_APPLICABLE) and V(GPTQ_REPACK_NOT_APPLICABLE) C(request.serving_path) is V(fp16_fallback)
     or V(gptq_repack) but the checkpoint is not NVFP4; V(INSUFFICIENT_DISK) the FP16 or GPTQ copy of an NVFP4
     checkpoint does not fit on the filesystem it goes to;
@@ -243,7 +247,8 @@ options:
         C(instances) (list; each C(name) (unit and container name), C(gpus) (V(all), an index or a list of
         indices), C(vllm_args) (dict, merged over the request's), C(enforce_eager), C(extra_args); other keys
         such as C(port) pass through), C(driver) (C(manage) (bool, default true), C(branch) (str, V(550)),
-        C(version) (str, exact), C(allow_change) (bool, default false)), C(serving_path) (V(auto), V(native),
+        C(version) (str, exact), C(allow_change) (bool, default false), C(kernel_module) (V(auto), V(proprietary)
+        or V(open)), C(source) (V(auto), V(distro) or V(cuda_repo))), C(serving_path) (V(auto), V(native),
         V(fp16_fallback) or V(gptq_repack); V(auto) serves an NVFP4 checkpoint the image's vLLM has no NVFP4
         kernels for from an FP16 copy when that fits in VRAM and on disk, else from a GPTQ int4 repack with the
         smallest group size that fits), C(fp16_model_path) (str, where the FP16 copy goes; default
@@ -258,7 +263,11 @@ options:
         C(nvidia_ctk_version), C(toolkit_config), C(docker_default_runtime), C(cdi_specs), ...), for the plan's
         C(runtime) step and to tell whether the runtime checks the image's C(NVIDIA_REQUIRE_CUDA) (only the
         toolkit's legacy hook does; CDI and jit-cdi modes and C(NVIDIA_DISABLE_REQUIRE) in C(image.env) skip it).
-        Other keys are ignored.
+      - C(driver_packages) (as host_facts reports it) and C(distribution) (C(name), C(major_version) and
+        C(version) from Ansible's distribution facts) let the plan decide the driver step from the installed packages,
+        with the kernel-module flavour and package source the nvidia_driver role installs; without them the step
+        is decided from the loaded driver (O(driver_version)) and carries no flavour or source.
+      - Other keys are ignored.
     type: dict
     default: {}
   fp16_copy:
@@ -504,6 +513,10 @@ verdict:
             C(target)) or V(refuse); runtime V(keep) or V(install); image V(keep) or V(pull) (C(ref), C(digest),
             C(judged_from)); model V(keep) or V(stage) (C(path)); server V(deploy) (C(instances)). On a refused host
             every step is V(refuse) (C(reasons): the codes that block it) or V(skip), with C(planned_action)."
+          - "With C(host.driver_packages) and C(host.distribution) the driver step also carries C(installed) (the
+            driver version the installed packages carry), C(kernel_module), C(source), C(source_why), C(distro) and
+            C(problems) (the driver refusals, C(code) and C(message)): what the nvidia_driver role installs, decided
+            here only."
         returned: success
         type: dict
         sample:

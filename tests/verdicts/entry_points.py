@@ -74,6 +74,52 @@ def call_deploy_gate(func, kwargs, pinned):
     return run_module(module, func, kwargs["module_args"], patches)
 
 
+# The keys of nvidia_driver_plan's "plan" request that the plan's driver step replaced (issue #23).
+_OLD_DRIVER_PLAN_KEYS = ("branch", "version", "source", "kernel_module", "required_kernel_module", "allow_change",
+                         "loaded_driver_version")
+
+
+def call_driver_run(func, kwargs, pinned):
+    """Replay _driver.run; a "plan" request recorded before the driver step moved into the plan (it
+    carries branch, version, source, kernel_module, ... instead of ``step``) is translated first: the
+    step is planned from the same inputs by _plan.plan_driver, with the packages the request's
+    listings show, as the preflight now plans it. What the old run() refused with an error that the
+    plan now refuses (flavour, source, distribution) comes back as that error, so both read alike."""
+    request = kwargs.get("request")
+    if not (isinstance(request, dict) and request.get("command") == "plan" and "step" not in request
+            and any(k in request for k in _OLD_DRIVER_PLAN_KEYS)):
+        return default_call(func, kwargs, pinned)
+    # pylint: disable=import-outside-toplevel
+    from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _driver, _plan
+    from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate import GateInputError
+    try:
+        # In the order the role's run() checks now: the distribution, then the step, then the packages.
+        _driver.distro_key(request.get("distribution"), request.get("distribution_major_version"),
+                           request.get("distribution_version"))
+        want = _plan.normalize_request({"driver": dict(
+            (k, request.get(k)) for k in ("branch", "version", "source", "kernel_module", "allow_change")
+            if request.get(k) is not None)})["driver"]
+        installed = _driver.installed_driver_version(_driver._installed(request))  # pylint: disable=protected-access
+    except (_driver.DriverInputError, GateInputError) as exc:
+        return {"error": str(exc)}
+    if want["branch"] is None:
+        return {"error": "preflight_deployment.driver.branch: expected a branch like '550' or 'R580', got %r"
+                         % (request.get("branch"),)}
+    step = _plan.plan_driver(request.get("loaded_driver_version"), want,
+                             packages={"installed_version": installed, "error": None},
+                             required_kernel_module=request.get("required_kernel_module"),
+                             distribution={"name": request.get("distribution"),
+                                           "major_version": request.get("distribution_major_version"),
+                                           "version": request.get("distribution_version")})
+    errors = [p["message"] for p in step["problems"]
+              if p["code"] in ("DRIVER_KERNEL_MODULE_UNSUITABLE", "DRIVER_SOURCE_UNAVAILABLE")]
+    if errors:
+        return {"error": errors[0]}
+    translated = dict((k, v) for k, v in request.items() if k not in _OLD_DRIVER_PLAN_KEYS)
+    translated["step"] = step
+    return func(translated)
+
+
 class Entry:
     """One decision entry point: where it lives and how a recorded call is replayed."""
 
@@ -104,7 +150,7 @@ ENTRY_POINTS = {
     # vLLM's own startup validation, as the gate asks it.
     "startup.startup_checks": Entry(_MU + "decisions._vllm_startup:startup_checks"),
     # The driver plan (nvidia_driver_plan's run() and the decisions it is made of).
-    "driver.run": Entry(_MU + "decisions._driver:run"),
+    "driver.run": Entry(_MU + "decisions._driver:run", call=call_driver_run),
     "driver.decide_action": Entry(_MU + "decisions._driver:decide_action"),
     "driver.choose_flavour": Entry(_MU + "decisions._driver:choose_flavour"),
     "driver.choose_source": Entry(_MU + "decisions._driver:choose_source"),

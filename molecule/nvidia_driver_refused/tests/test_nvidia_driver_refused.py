@@ -1,7 +1,7 @@
 """nvidia_driver_refused: the three refusals left the host exactly as it was.
 
 converge ran the requests the collection must refuse (R595 on Volta, the open kernel modules on
-Volta, R550 over a driver that no package installed) and checked each refusal's reason there; this
+Volta, a stale plan, R550 over a driver that no package installed) and checked each refusal's reason there; this
 verifier asks the host whether anything the driver role installs or writes appeared anyway.
 """
 
@@ -27,13 +27,22 @@ ROLE_PATHS = [
 ]
 
 
+# What prepare registered with dpkg (tests/fake_gpu/scenarios/v100x2_pcie/scenario.json), per host.
+FIXTURE_PACKAGES = {
+    "refused-packaged": ["installed libnvidia-ml1 550.54.14-1", "installed nvidia-smi 550.54.14-1"],
+    "refused-unpackaged": [],
+}
+
+
 def test_no_driver_package_installed(host):
-    """No package of any driver is installed (the fake nvidia-smi of prepare is no package)."""
-    cmd = host.run("dpkg-query -W -f %s %s %s %s", "${db:Status-Status} ${Package}\n", *DRIVER_PACKAGE_PATTERNS)
-    # rc 1: no package matches a pattern, which is what is expected.
+    """No package of any driver is installed but prepare's empty fixture packages, at their versions
+    (the fake nvidia-smi of prepare is no package)."""
+    cmd = host.run("dpkg-query -W -f %s %s %s %s", "${db:Status-Status} ${Package} ${Version}\n",
+                   *DRIVER_PACKAGE_PATTERNS)
+    # rc 1: some pattern matches no package, which is what is expected.
     assert cmd.rc in (0, 1), "dpkg-query failed (rc %d): %s" % (cmd.rc, cmd.stderr)
-    installed = [line for line in cmd.stdout.splitlines() if line.startswith("installed ")]
-    assert installed == [], cmd.stdout
+    installed = sorted(line for line in cmd.stdout.splitlines() if line.startswith("installed "))
+    assert installed == FIXTURE_PACKAGES[host.backend.get_hostname()], cmd.stdout
 
 
 def test_nothing_written(host):

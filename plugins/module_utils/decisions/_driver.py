@@ -5,21 +5,24 @@
 #
 # PRIVATE to the labfleet.vllm collection: this file is not a public API, its names and
 # structure may change in any release. It serves the labfleet.vllm.nvidia_driver role.
-"""What the nvidia_driver role installs, holds and reboots for: pure functions, standard library only.
+"""How the nvidia_driver role installs, holds and reboots for: pure functions, standard library only.
 
 * which packages carry a driver branch on each supported distribution, per source (the
   distribution's own archive or NVIDIA's CUDA repository) and kernel-module flavour
   (proprietary or open);
-* parsing of driver versions, branches and package-manager listings (dpkg-query, rpm);
-* whether an installed driver may be kept, installed or changed, and whether the host needs a
-  reboot (and may have one);
+* parsing of driver versions and branches (the package-manager listings: probes/_packages.py);
+* the rules for the driver action (keep / install / change / refuse: decide_action), the
+  kernel-module flavour (choose_flavour) and the package source (choose_source). The preflight's
+  plan applies them, once (decisions/_plan.py, plan_driver); this role's package plan (plan())
+  carries out the plan's driver step and only checks that the host is still what the step was
+  planned from ("stale plan" otherwise);
+* whether the host needs a reboot (and may have one);
 * OpenPGP fingerprints of a repository key, so the role checks the key it downloads without
   needing gpg on the host.
 
-Which branch drives which GPU, and which kernel-module flavour a GPU needs, is NOT decided here:
-that is the deployment gate's policy (labfleet.vllm.deploy_gate, _policy.py). The role passes
-the gate's answer (driver_requirements.kernel_module) in; the architecture names in this file's
-messages come from the same policy table (_policy.kernel_module_labels).
+Which branch drives which GPU, and which kernel-module flavour a GPU needs, is the deployment
+gate's policy (_policy.py); the architecture names in this file's messages come from the same
+policy table (_policy.kernel_module_labels).
 
 The role asks through the module labfleet.vllm.nvidia_driver_plan, which passes one request
 dict to run(); the answer carries ``error`` when the request cannot be satisfied. Unit tests call
@@ -35,7 +38,16 @@ import binascii
 import hashlib
 import re
 
-from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import kernel_module_labels
+from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
+    kernel_module_labels,
+    parse_driver_version,
+)
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes._packages import (
+    driver_packages,
+    installed_driver_version,
+    parse_dpkg_query,
+    parse_rpm_query,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Data
@@ -126,19 +138,6 @@ EL_STREAMS = {"proprietary": "{b}-dkms", "open": "{b}-open"}
 EL_EXACT = {"proprietary": ["nvidia-driver-cuda-{v}", "kmod-nvidia-latest-dkms-{v}"],
             "open": ["nvidia-driver-cuda-{v}", "kmod-nvidia-open-dkms-{v}"]}
 
-# Packages that belong to the driver: held (dpkg) / version-locked (dnf) after installation and
-# kept away from unattended upgrades. Regular expressions matched at the start of the name.
-DRIVER_PACKAGE_PATTERNS = (
-    r"nvidia",
-    r"libnvidia",
-    r"cuda-drivers",
-    r"libcuda1($|:)",
-    r"firmware-nvidia",
-    r"xserver-xorg-video-nvidia",
-    r"libxnvctrl",
-    r"linux-(modules|objects|signatures)-nvidia",
-    r"kmod-nvidia",
-)
 # The same list for Unattended-Upgrade::Package-Blacklist (Python regular expressions, matched
 # from the start of the package name).
 UNATTENDED_BLACKLIST = (
@@ -148,15 +147,6 @@ UNATTENDED_BLACKLIST = (
 # apt_preferences(5) globs of the packages the version pin applies to.
 PIN_GLOBS = ("nvidia-*", "libnvidia-*", "libcuda1", "cuda-drivers*", "firmware-nvidia-gsp*",
              "xserver-xorg-video-nvidia*", "libxnvctrl*")
-
-# Packages whose version is the driver's version, in order of preference: the installed driver
-# version is read from the first one present.
-VERSION_ANCHORS = (
-    r"nvidia-kernel-dkms", r"nvidia-open-kernel-dkms", r"nvidia-kernel-open-dkms",
-    r"nvidia-dkms-\d+(-server)?(-open)?", r"nvidia-headless-no-dkms-\d+", r"kmod-nvidia.*",
-    r"nvidia-driver-cuda", r"libnvidia-ml1", r"libnvidia-compute-\d+(-server)?", r"nvidia-smi",
-    r"nvidia-utils-\d+(-server)?", r"cuda-drivers-\d+", r"nvidia-driver",
-)
 
 CONTAINER_TYPES = ("docker", "podman", "container", "containerd", "lxc", "openvz", "systemd-nspawn")
 
@@ -173,26 +163,33 @@ class DriverInputError(ValueError):
 # Versions
 # ---------------------------------------------------------------------------------------------
 
-# ASCII digits only (re.ASCII): int() would read other scripts' digits ("\uff15\uff15\uff10" as 550); \Z, not $,
-# which also matches before a trailing newline.
-_BRANCH_RE = re.compile(r"^\s*[rR]?(\d{3})(?:\.\d{1,9}){0,2}\s*\Z", re.ASCII)
-_VERSION_RE = re.compile(r"^\d{3}\.\d{1,3}(?:\.\d{1,3})?\Z", re.ASCII)
-_UPSTREAM_RE = re.compile(r"^(?:\d{1,9}:)?(\d{3}\.\d{1,3}(?:\.\d{1,3})?)(?:[-~+][^\x00-\x1f\x7f]*)?\Z", re.ASCII)
 # A kernel release as `uname -r` prints it (ansible_kernel): it becomes a package name.
 _KERNEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]{0,127}\Z")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
+def _driver_parts(text):
+    """A driver version's text read by the one reader of it (_policy.parse_driver_version: ASCII
+    digits only, an optional R), with the digit count of each part as typed: (tuple, [digits...])
+    or (None, None)."""
+    if not isinstance(text, str):
+        return None, None
+    text = text.strip()
+    parsed = parse_driver_version(text)
+    if parsed is None:
+        return None, None
+    return parsed, [len(part) for part in text.lstrip("rR").split(".")]
+
+
 def parse_branch(value):
-    """A driver branch as an int: 550, "550", "R550", "550.163.01" -> 550."""
-    if isinstance(value, bool):
-        raise DriverInputError("preflight_deployment.driver.branch: expected a branch like '550' or 'R580', got %r" % (value,))
-    if isinstance(value, int):
+    """A driver branch as an int: 550, "550", "R550", "550.163.01" -> 550 (three digits, then at
+    most two more parts). The plan's driver step carries it parsed; this checks it again."""
+    if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
-    match = _BRANCH_RE.match(value) if isinstance(value, str) else None
-    if not match:
+    parsed, digits = _driver_parts(value)
+    if parsed is None or digits[0] != 3 or len(parsed) > 3:
         raise DriverInputError("preflight_deployment.driver.branch: expected a branch like '550' or 'R580', got %r" % (value,))
-    return int(match.group(1))
+    return parsed[0]
 
 
 def parse_exact_version(value):
@@ -202,31 +199,21 @@ def parse_exact_version(value):
     text = str(value).strip()
     if text == "":
         return None
-    if not _VERSION_RE.match(text):
+    parsed, digits = _driver_parts(text)
+    if (parsed is None or text[0] in "rR" or len(parsed) not in (2, 3) or digits[0] != 3
+            or max(digits[1:]) > 3):
         raise DriverInputError("preflight_deployment.driver.version: expected an exact driver version like '550.163.01' "
                                "(no package revision), got %r" % (value,))
     return text
 
 
 def version_tuple(text):
-    return tuple(int(part) for part in text.split("."))
-
-
-def upstream_version(package_version):
-    """The driver version inside a package version, or None.
-
-    "550.163.01-2" (Debian), "550.163.01-0ubuntu0.24.04.1" (Ubuntu), "3:550.163.01-1.el9" (EL),
-    "1:550.54.14-1" -> "550.163.01" / "550.54.14"; "20240109+1" -> None.
-    """
-    if not isinstance(package_version, str):
-        return None
-    match = _UPSTREAM_RE.match(package_version.strip())
-    return match.group(1) if match else None
+    return parse_driver_version(text)
 
 
 def branch_of(version):
     """550 for "550.163.01"; None for None."""
-    return int(version.split(".")[0]) if version else None
+    return parse_driver_version(version)[0] if version else None
 
 
 def version_matches(installed, branch, exact):
@@ -276,23 +263,23 @@ def package_family(key):
 def choose_source(key, branch, requested="auto"):
     """("distro" | "cuda_repo", why) for a branch on a distribution."""
     if requested not in SOURCES:
-        raise DriverInputError("nvidia_driver_source: expected one of %s, got %r" % (", ".join(SOURCES), requested))
+        raise DriverInputError("preflight_deployment.driver.source: expected one of %s, got %r" % (", ".join(SOURCES), requested))
     info = DISTROS[key]
     native = branch in info["native"]
     if requested == "distro":
         if not native:
             shipped = ", ".join("R%d" % b for b in info["native"]) or "no driver branch"
             raise DriverInputError(
-                "%s's own archive has %s usable for R%d; set nvidia_driver_source to cuda_repo (NVIDIA's "
+                "%s's own archive has %s usable for R%d; set preflight_deployment.driver.source to cuda_repo (NVIDIA's "
                 "repository) or choose one of its branches" % (info["label"], shipped, branch))
-        return "distro", "R%d from %s's own archive (nvidia_driver_source=distro)" % (branch, info["label"])
+        return "distro", "R%d from %s's own archive (driver.source=distro)" % (branch, info["label"])
     if requested == "cuda_repo":
         if package_family(key) == "ubuntu" and branch > UBUNTU_CUDA_REPO_LAST_NAMED_BRANCH:
             raise DriverInputError(
                 "NVIDIA's Ubuntu repository renamed its driver packages from R590 on and this role does not "
-                "map them yet; use nvidia_driver_source=distro (Canonical's -server packages) if Ubuntu ships R%d"
+                "map them yet; use preflight_deployment.driver.source=distro (Canonical's -server packages) if Ubuntu ships R%d"
                 % branch)
-        return "cuda_repo", "R%d from NVIDIA's CUDA repository (nvidia_driver_source=cuda_repo)" % branch
+        return "cuda_repo", "R%d from NVIDIA's CUDA repository (driver.source=cuda_repo)" % branch
     if native:
         return "distro", "R%d is shipped by %s's own archive" % (branch, info["label"])
     if package_family(key) == "ubuntu" and branch > UBUNTU_CUDA_REPO_LAST_NAMED_BRANCH:
@@ -315,7 +302,7 @@ def choose_flavour(requested, required):
     or None when no GPU could be identified).
     """
     if requested not in FLAVOURS:
-        raise DriverInputError("nvidia_driver_kernel_module: expected one of %s, got %r"
+        raise DriverInputError("preflight_deployment.driver.kernel_module: expected one of %s, got %r"
                                % (", ".join(FLAVOURS), requested))
     labels = kernel_module_labels()
     proprietary_only = _join(labels["proprietary_only"])
@@ -330,15 +317,15 @@ def choose_flavour(requested, required):
             return "proprietary"
         raise DriverInputError(
             "the GPUs of this host could not be identified, so the kernel-module flavour cannot be chosen; set "
-            "nvidia_driver_kernel_module to proprietary (%s to %s) or open (%s and newer)"
+            "preflight_deployment.driver.kernel_module to proprietary (%s to %s) or open (%s and newer)"
             % (labels["proprietary_ok"][0], labels["proprietary_ok"][-1], labels["open_ok"][0]))
     if requested == "open" and required == "proprietary":
         raise DriverInputError(
-            "nvidia_driver_kernel_module=open, but the open GPU kernel modules do not support this host's GPUs "
+            "preflight_deployment.driver.kernel_module=open, but the open GPU kernel modules do not support this host's GPUs "
             "(%s need the proprietary module); use proprietary or auto" % proprietary_only)
     if requested == "proprietary" and required == "open":
         raise DriverInputError(
-            "nvidia_driver_kernel_module=proprietary, but this host's GPUs need the open GPU kernel modules; "
+            "preflight_deployment.driver.kernel_module=proprietary, but this host's GPUs need the open GPU kernel modules; "
             "use open or auto")
     return requested
 
@@ -415,70 +402,6 @@ def cuda_repo(key, architecture, base_url, key_url="", fingerprint=""):
         "key_url": str(key_url).strip() if key_url else url + known["file"],
         "fingerprint": expected,
     }
-
-
-# ---------------------------------------------------------------------------------------------
-# Installed packages
-# ---------------------------------------------------------------------------------------------
-
-
-def parse_dpkg_query(text):
-    """{name: {"version", "held"}} of installed packages.
-
-    Input: ``dpkg-query -W -f '${db:Status-Want} ${db:Status-Status} ${binary:Package} ${Version}\\n'``.
-    The architecture qualifier (":amd64") is dropped.
-    """
-    packages = {}
-    for line in (text or "").splitlines():
-        parts = line.split()
-        if len(parts) != 4:
-            continue
-        want, status, name, version = parts
-        if status not in ("installed", "half-configured", "unpacked", "triggers-awaited", "triggers-pending"):
-            continue
-        packages[name.split(":", 1)[0]] = {"version": version, "held": want == "hold"}
-    return packages
-
-
-def parse_rpm_query(text, locked_text=""):
-    """{name: {"version", "held"}} from ``rpm -qa --qf '%{NAME} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\\n'``.
-
-    ``locked_text``: ``dnf versionlock list`` output; a package listed there counts as held.
-    """
-    locked = set()
-    for line in (locked_text or "").splitlines():
-        entry = line.strip()
-        match = re.match(r"^([A-Za-z0-9_.+-]+?)-(?:\d+:)?[0-9][^-]*-[^-]+$", entry)
-        if match:
-            locked.add(match.group(1))
-    packages = {}
-    for line in (text or "").splitlines():
-        parts = line.split()
-        if len(parts) != 2:
-            continue
-        name, version = parts
-        packages[name] = {"version": version, "held": name in locked}
-    return packages
-
-
-def is_driver_package(name):
-    return any(re.match(pattern, name) for pattern in DRIVER_PACKAGE_PATTERNS)
-
-
-def driver_packages(installed):
-    """Sorted names of the installed packages that belong to the driver."""
-    return sorted(name for name in installed if is_driver_package(name))
-
-
-def installed_driver_version(installed):
-    """The driver version the installed packages carry, or None."""
-    for anchor in VERSION_ANCHORS:
-        for name in sorted(installed):
-            if re.match(r"^%s\Z" % anchor, name, re.ASCII):
-                version = upstream_version(installed[name]["version"])
-                if version:
-                    return version
-    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -716,30 +639,59 @@ def _installed(request):
     return parse_dpkg_query(request.get("dpkg_query") or "")
 
 
+def _planned_step(request):
+    """The preflight plan's driver step (preflight_verdict.steps.driver), checked for what the role needs."""
+    step = request.get("step")
+    if not isinstance(step, dict):
+        raise DriverInputError("step: expected the driver step of the preflight's plan (preflight_verdict.steps.driver), "
+                               "got %s: run the preflight role first, in the same play" % type(step).__name__)
+    missing = [k for k in ("action", "branch", "kernel_module", "source", "distro", "installed") if k not in step]
+    if missing:
+        raise DriverInputError("the preflight's driver step has no %s: it was planned without the host's driver packages "
+                               "(an older preflight?); run the preflight role of this collection first (nothing was "
+                               "changed)" % ", ".join(missing))
+    if step["action"] not in _ROLE_ACTIONS:
+        raise DriverInputError("the preflight's driver step says %r, expected one of %s"
+                               % (step["action"], ", ".join(sorted(_ROLE_ACTIONS))))
+    return step
+
+
+# The plan's driver actions, as this role's package plan names them.
+_ROLE_ACTIONS = {"keep": "keep", "install": "install", "replace": "change", "refuse": "refuse"}
+
+
 def plan(request):
-    """Everything the role needs before it changes anything. Raises DriverInputError."""
+    """How the role carries out the preflight's driver step: packages, pins, repository. Decides
+    nothing the step decided (the action, kernel-module flavour and source: _plan.plan_driver);
+    refuses with a "stale plan" message when the host is no longer what the step was planned
+    from (another distribution, other installed driver packages). Raises DriverInputError."""
     key = distro_key(request.get("distribution"), request.get("distribution_major_version"),
                      request.get("distribution_version"))
-    branch = parse_branch(request.get("branch"))
-    version = parse_exact_version(_opt_str(request.get("version")))
-    if version and branch_of(version) != branch:
-        raise DriverInputError("preflight_deployment.driver.version %s is not on branch R%d (preflight_deployment.driver.branch); set both to "
-                               "the same branch" % (version, branch))
-    source, source_why = choose_source(key, branch, _opt_str(request.get("source")) or "auto")
-    flavour = choose_flavour(_opt_str(request.get("kernel_module")) or "auto",
-                             _opt_str(request.get("required_kernel_module")))
+    headers = header_packages(key, request.get("kernel"))
+    step = _planned_step(request)
+    branch = parse_branch(step["branch"])
+    version = parse_exact_version(_opt_str(step.get("version")))
     installed = _installed(request)
     installed_version = installed_driver_version(installed)
-    unmanaged = None
-    if installed_version is None:
-        unmanaged = _opt_str(request.get("loaded_driver_version"))
-    decision = decide_action(installed_version, branch, version, _bool(request.get("allow_change")), unmanaged)
+    stale = []
+    if key != step["distro"]:
+        stale.append("the plan was made for %s, this host is %s" % (step["distro"], key))
+    if installed_version != step["installed"]:
+        stale.append("the plan was made when the driver packages carried %s, now they carry %s"
+                     % (step["installed"] or "no driver", installed_version or "no driver"))
+    if stale:
+        raise DriverInputError("stale plan: %s; run the preflight again to plan from the host as it is now (nothing "
+                               "was changed)" % "; ".join(stale))
+    action = _ROLE_ACTIONS[step["action"]]
+    if action != "refuse" and (step["source"] is None or step["kernel_module"] is None):
+        raise DriverInputError("the preflight's driver step chose no %s: the plan refused this host; read its reasons "
+                               "(nothing was changed)" % ("package source" if step["source"] is None else "kernel module"))
+    source, flavour = step["source"], step["kernel_module"]
     # A driver that is kept stays at its installed version: packages added to the set later (or
     # missing after an interrupted run) must come at that version, not the branch's newest.
     effective = version
-    if decision["action"] == "keep" and not version:
+    if action == "keep" and not version:
         effective = installed_version
-    specs = packages_for(key, source, branch, flavour, effective)
     family = DISTROS[key]["family"]
     result = {
         "distro": key,
@@ -750,27 +702,27 @@ def plan(request):
         "wanted": version or "R%d" % branch,
         "package_version": effective,
         "source": source,
-        "source_why": source_why,
+        "source_why": step.get("source_why"),
         "kernel_module": flavour,
-        "packages": specs,
-        "package_names": package_names(specs),
-        "headers": header_packages(key, request.get("kernel")),
+        "packages": packages_for(key, source, branch, flavour, effective) if source and flavour else [],
+        "headers": headers,
         "installed_version": installed_version,
         "installed_driver_packages": driver_packages(installed),
         "held_driver_packages": sorted(n for n in driver_packages(installed) if installed[n]["held"]),
-        "action": decision["action"],
-        "action_msg": decision["msg"],
+        "action": action,
+        "action_msg": step.get("why") or "",
         "apt_pin": apt_pin(branch, version) if family == "apt" else None,
         "apt_pin_globs": list(PIN_GLOBS),
         "unattended_blacklist": list(UNATTENDED_BLACKLIST),
         "repo": None,
         "in_container": is_container(request.get("virtualization_type"), request.get("virtualization_role")),
     }
+    result["package_names"] = package_names(result["packages"])
     if source == "cuda_repo":
         result["repo"] = cuda_repo(key, request.get("architecture"), request.get("cuda_repo_base_url"),
                                    _opt_str(request.get("cuda_repo_key_url")),
                                    _opt_str(request.get("cuda_repo_key_fingerprint")))
-    if family == "dnf":
+    if family == "dnf" and flavour:
         result["el_stream"] = EL_STREAMS[flavour].format(b=branch)
     return result
 

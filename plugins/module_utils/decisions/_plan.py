@@ -35,6 +35,15 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate impo
     evaluate,
     resolve_enforce_eager,
 )
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._driver import (
+    choose_flavour,
+    choose_source,
+    decide_action,
+    distro_key,
+    DriverInputError,
+    FLAVOURS as DRIVER_FLAVOURS,
+    SOURCES as DRIVER_SOURCES,
+)
 from ansible_collections.labfleet.vllm.plugins.module_utils.converters._gptq import (
     BITS as GPTQ_BITS,
     EXPECTED_ERROR as GPTQ_EXPECTED_ERROR,
@@ -59,6 +68,15 @@ PLAN_FORMAT = 1
 PLAN_REASON_CODES = {
     "DRIVER_CHANGE_NOT_ALLOWED": "The request asks for another driver than the installed one and does not allow "
                                  "the nvidia_driver role to replace it.",
+    "DRIVER_NOT_FROM_PACKAGES": "A driver answers on the host but no driver package is installed (NVIDIA's .run "
+                                "installer?): the nvidia_driver role does not install packages over it.",
+    "DRIVER_KERNEL_MODULE_UNSUITABLE": "The requested kernel-module flavour (request.driver.kernel_module) cannot "
+                                       "drive the host's GPUs, or their flavour cannot be chosen.",
+    "DRIVER_SOURCE_UNAVAILABLE": "No package source the nvidia_driver role uses ships the requested driver branch "
+                                 "for the host's distribution (request.driver.source), or the distribution is not "
+                                 "supported.",
+    "DRIVER_PACKAGES_UNREADABLE": "The host's package manager could not list the installed packages, so the driver "
+                                  "step cannot be planned.",
     "INSTANCE_GPUS_UNAVAILABLE": "An instance asks for GPUs the host does not have.",
     "GPU_RUNTIME_BLOCKED": "The host's NVIDIA container runtime configuration would not start a container "
                            "with GPUs the way vllm_server asks for them (docker --gpus).",
@@ -106,6 +124,10 @@ STEP_OF_CODE = {
     "DRIVER_BRANCH_UNSUPPORTED_FOR_ARCH": "driver",
     "DRIVER_BRANCH_NOT_ALLOWED": "driver",
     "DRIVER_CHANGE_NOT_ALLOWED": "driver",
+    "DRIVER_NOT_FROM_PACKAGES": "driver",
+    "DRIVER_KERNEL_MODULE_UNSUITABLE": "driver",
+    "DRIVER_SOURCE_UNAVAILABLE": "driver",
+    "DRIVER_PACKAGES_UNREADABLE": "driver",
     "GPU_RUNTIME_BLOCKED": "runtime",
     "DRIVER_TOO_OLD_FOR_IMAGE": "image",
     "IMAGE_LACKS_ARCH": "image",
@@ -353,6 +375,8 @@ def normalize_request(request, vllm=None):
         "branch": branch,
         "version": version,
         "allow_change": bool(to_bool(driver.get("allow_change"), "request.driver.allow_change")),
+        "kernel_module": _choice(driver.get("kernel_module"), "request.driver.kernel_module", DRIVER_FLAVOURS),
+        "source": _choice(driver.get("source"), "request.driver.source", DRIVER_SOURCES),
     }
 
     instances = request.get("instances")
@@ -396,12 +420,30 @@ def normalize_request(request, vllm=None):
 # ---------------------------------------------------------------------------------------------
 
 
-def plan_driver(current, want, recommended_branch=None, has_gpus=True):
+def _choice(value, where, choices):
+    """One of ``choices`` (the first, "auto", for None or empty)."""
+    text = to_str(value, where)
+    if text in (None, ""):
+        return choices[0]
+    if text.strip() not in choices:
+        raise GateInputError("%s: expected one of %s, got %s" % (where, ", ".join(choices), short_text(value)))
+    return text.strip()
+
+
+def plan_driver(current, want, recommended_branch=None, has_gpus=True, packages=None, required_kernel_module=None,
+                distribution=None):
     """What the nvidia_driver role will do, and the driver the host will have after it.
 
-    ``current``: the installed driver version text or None; ``want``: the request's driver
-    (normalized). Returns a step dict: action (keep | install | replace | refuse), current,
-    target (the version or branch the gate judges), branch, version, managed, why.
+    ``current``: the loaded driver version text or None; ``want``: the request's driver
+    (normalized). ``packages``: the host's driver packages as labfleet.vllm.host_facts reads them
+    ({manager, installed_version, packages, held, error}), None when unknown (the action is then
+    decided from the loaded driver). With ``packages``, ``required_kernel_module`` (the gate's
+    driver_requirements.kernel_module) and ``distribution`` ({name, major_version, version},
+    Ansible's distribution facts) the step also carries how the role installs: kernel_module,
+    source, distro. Returns a step dict: action (keep | install | replace | refuse), current,
+    target (the version or branch the gate judges), branch, version, managed, why; with
+    ``packages`` also installed, kernel_module, source, source_why, distro and problems (the
+    refusals, {code, message}).
     """
     parsed = parse_driver_version(current) if current else None
     current_text = current.strip().lstrip("rR") if parsed else None
@@ -423,26 +465,107 @@ def plan_driver(current, want, recommended_branch=None, has_gpus=True):
                     version=current_text,
                     why="no driver branch requested and none recommended for these GPUs: nothing to install")
         return step
-    wanted = version or str(branch)
-    label = version or "R%d" % branch
-    if not want["branch"] and not version:
-        label += " (the newest supported branch for these GPUs)"
     step.update(branch=branch, version=version)
-    if parsed is None:
+    if packages is not None:
+        return _driver_step_from_packages(step, want, packages, required_kernel_module, distribution)
+    wanted = version or str(branch)
+    label = _driver_label(want, branch, version)
+    # One rule for the action, the one the nvidia_driver role's package plan applied before (decide_action).
+    action = _ACTIONS[decide_action(current_text, branch, version, want["allow_change"])["action"]]
+    if action == "install":
         step.update(action="install", target=wanted, why="no driver answers on the host: the role installs %s" % label)
-    elif parsed[0] == branch and (version is None or parse_driver_version(version) == parsed):
+    elif action == "keep":
         step.update(action="keep", target=current_text,
                     why="driver %s is already on the requested branch R%d" % (current_text, branch))
-    elif want["allow_change"]:
+    elif action == "replace":
         step.update(action="replace", target=wanted,
                     why="driver %s is replaced by %s (request.driver.allow_change is true)" % (current_text, label))
     else:
         # Judged as requested, so that what is wrong with the request shows up beside this reason.
-        step.update(action="refuse", target=wanted,
-                    why="driver %s is installed but the request asks for %s, and request.driver.allow_change is "
-                        "false: set it to true to let the nvidia_driver role replace the driver (nothing was "
-                        "changed)" % (current_text, label))
+        step.update(action="refuse", target=wanted, why=_change_refused(current_text, label))
     return step
+
+
+# decide_action's answers, as the plan names them.
+_ACTIONS = {"install": "install", "keep": "keep", "change": "replace", "refuse": "refuse"}
+
+
+def _driver_label(want, branch, version):
+    label = version or "R%d" % branch
+    if not want["branch"] and not version:
+        label += " (the newest supported branch for these GPUs)"
+    return label
+
+
+def _change_refused(installed, label):
+    return ("driver %s is installed but the request asks for %s, and request.driver.allow_change is false: set it "
+            "to true to let the nvidia_driver role replace the driver (nothing was changed)" % (installed, label))
+
+
+def _driver_step_from_packages(step, want, packages, required_kernel_module, distribution):
+    """plan_driver's step when the host's driver packages are known: the action follows the installed
+    packages (what the role manages; a driver installed but not loaded yet is kept), a loaded driver
+    that no package installed is refused, and the kernel-module flavour and package source are
+    chosen here, once (the nvidia_driver role installs what this step says)."""
+    branch, version = step["branch"], step["version"]
+    label = _driver_label(want, branch, version)
+    wanted = version or str(branch)
+    problems = []
+    error = _opt_text(packages.get("error"))
+    installed = _opt_text(packages.get("installed_version"))
+    if installed is not None and parse_driver_version(installed) is None:
+        raise GateInputError("host.driver_packages.installed_version: expected a driver version like '550.163.01' "
+                             "(host_facts reports it), or null, got %s" % short_text(installed))
+    step["installed"] = installed
+    if error:
+        problems.append({"code": "DRIVER_PACKAGES_UNREADABLE",
+                         "message": "the installed packages could not be listed (%s), so the driver step cannot be "
+                                    "planned: repair the package database (dpkg --audit / rpm --rebuilddb), then run "
+                                    "the preflight again" % error})
+    decision = decide_action(installed, branch, version, want["allow_change"],
+                             None if installed else step["current"])
+    action = _ACTIONS[decision["action"]]
+    if action == "install":
+        why = "no NVIDIA driver package is installed: the role installs %s" % label
+    elif action == "keep":
+        why = "driver %s is installed, on the requested %s" % (installed, "version" if version else "branch R%d" % branch)
+        if step["current"] != installed:
+            why += " (%s: the role reboots the host to load it)" % (
+                "not loaded yet" if not step["current"] else "driver %s is still loaded" % step["current"])
+    elif action == "replace":
+        why = "driver %s is replaced by %s (request.driver.allow_change is true)" % (installed, label)
+    elif installed:
+        why = _change_refused(installed, label)
+        problems.append({"code": "DRIVER_CHANGE_NOT_ALLOWED", "message": why})
+    else:
+        why = decision["msg"]
+        problems.append({"code": "DRIVER_NOT_FROM_PACKAGES", "message": why})
+    step.update(target=installed if action == "keep" else wanted, why=why)
+    step.update(kernel_module=None, source=None, source_why=None, distro=None)
+    try:
+        step["kernel_module"] = choose_flavour(want["kernel_module"], required_kernel_module)
+    except DriverInputError as exc:
+        problems.append({"code": "DRIVER_KERNEL_MODULE_UNSUITABLE", "message": str(exc)})
+    try:
+        distribution = to_mapping(distribution, "host.distribution", "name, major_version, version")
+        step["distro"] = distro_key(distribution.get("name"), distribution.get("major_version"),
+                                    distribution.get("version"))
+        step["source"], step["source_why"] = choose_source(step["distro"], branch, want["source"])
+    except DriverInputError as exc:
+        problems.append({"code": "DRIVER_SOURCE_UNAVAILABLE", "message": str(exc)})
+    # A refusal for the flavour or the source blocks the step through its reason codes (_steps),
+    # which keeps the action decided here as planned_action.
+    step["action"] = action
+    step["problems"] = problems
+    return step
+
+
+def _opt_text(value):
+    if value is None or (isinstance(value, str) and value.strip() == ""):
+        return None
+    if not isinstance(value, str) or has_control_chars(value) or len(value) > 400:
+        raise GateInputError("host.driver_packages: expected short one-line texts, got %s" % short_text(value))
+    return value.strip()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -589,17 +712,27 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
     probe = evaluate(gpus=gpus, driver_version=current, cuda_driver_version=cuda_driver_version,
                      driver_library_mismatch=driver_library_mismatch, vllm=req["vllm_args"], **common)
     requirements = probe["driver_requirements"]
-    driver_step = plan_driver(current, req["driver"], requirements.get("recommended_branch"), has_gpus=bool(gpus or lost_gpus))
+    packages = host.get("driver_packages")
+    if packages is not None:
+        packages = to_mapping(packages, "host.driver_packages", "manager, installed_version, packages, error")
+    driver_step = plan_driver(current, req["driver"], requirements.get("recommended_branch"),
+                              has_gpus=bool(gpus or lost_gpus), packages=packages,
+                              required_kernel_module=requirements.get("kernel_module"),
+                              distribution=host.get("distribution"))
     keep = driver_step["action"] == "keep"
     target_driver = driver_step["target"]
+    # The loaded driver's CUDA version holds for the target only when that driver stays loaded; a
+    # kept driver's library mismatch is judged as found (the host is refused until it is rebooted).
     target = dict(driver_version=target_driver,
-                  cuda_driver_version=cuda_driver_version if keep else None,
+                  cuda_driver_version=cuda_driver_version if keep and target_driver == driver_step["current"] else None,
                   driver_library_mismatch=driver_library_mismatch if keep else False)
 
     reasons, warnings = [], []
     if runtime.get("blocked"):
         reasons.append({"code": "GPU_RUNTIME_BLOCKED", "message": runtime["blocked"]})
-    if driver_step["action"] == "refuse":
+    if "problems" in driver_step:
+        reasons.extend(dict(p) for p in driver_step["problems"])
+    elif driver_step["action"] == "refuse":
         reasons.append({"code": "DRIVER_CHANGE_NOT_ALLOWED", "message": driver_step["why"]})
     if not req["driver"]["manage"] and gpus and not legacy:
         warnings.append({"code": "DRIVER_NOT_MANAGED", "message": driver_step["why"]})

@@ -23,7 +23,9 @@ import yaml
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _driver as D
-from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate import evaluate
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._plan import normalize_request, plan_driver
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _packages as P
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate import GateInputError, evaluate
 from ansible_collections.labfleet.vllm.plugins.modules import nvidia_driver_plan
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
@@ -129,7 +131,7 @@ def test_parse_exact_version_rejects(value):
     (None, None),
 ])
 def test_upstream_version(package_version, expected):
-    assert D.upstream_version(package_version) == expected
+    assert P.upstream_version(package_version) == expected
 
 
 def test_version_matches():
@@ -186,7 +188,7 @@ def test_choose_source_explicit():
         D.choose_source("debian12", 550, "distro")
     with pytest.raises(D.DriverInputError, match="EL 9's own archive has no driver branch"):
         D.choose_source("rhel9", 550, "distro")
-    with pytest.raises(D.DriverInputError, match="nvidia_driver_source"):
+    with pytest.raises(D.DriverInputError, match="preflight_deployment.driver.source"):
         D.choose_source("debian13", 550, "ppa")
 
 
@@ -217,7 +219,7 @@ def test_choose_flavour(requested, required, expected):
     ("proprietary", "open", "need the open GPU kernel modules"),
     ("auto", "conflict", "no single driver flavour"),
     ("auto", None, "could not be identified"),
-    ("closed", "either", "nvidia_driver_kernel_module"),
+    ("closed", "either", "preflight_deployment.driver.kernel_module"),
 ])
 def test_choose_flavour_refuses(requested, required, message):
     with pytest.raises(D.DriverInputError, match=message):
@@ -384,25 +386,25 @@ def test_cuda_repo_errors(args, message):
 # --- installed packages -------------------------------------------------------------------------
 
 def test_parse_dpkg_query():
-    packages = D.parse_dpkg_query(DPKG_TRIXIE)
+    packages = P.parse_dpkg_query(DPKG_TRIXIE)
     assert packages["libcuda1"] == {"version": "550.163.01-2", "held": True}
     assert packages["nvidia-persistenced"] == {"version": "550.163.01-1", "held": False}
     assert "nvidia-open-kernel-dkms" not in packages  # removed, configuration files only
-    assert D.parse_dpkg_query("") == {}
-    assert D.parse_dpkg_query("garbage line\n") == {}
+    assert P.parse_dpkg_query("") == {}
+    assert P.parse_dpkg_query("garbage line\n") == {}
 
 
 def test_parse_rpm_query_with_versionlock():
-    packages = D.parse_rpm_query(RPM_EL, VERSIONLOCK_EL)
+    packages = P.parse_rpm_query(RPM_EL, VERSIONLOCK_EL)
     assert packages["kmod-nvidia-latest-dkms"] == {"version": "3:550.163.01-1.el9", "held": True}
     assert packages["nvidia-driver"]["held"]
     assert not packages["nvidia-driver-cuda"]["held"]
-    assert D.installed_driver_version(packages) == "550.163.01"
+    assert P.installed_driver_version(packages) == "550.163.01"
 
 
 def test_driver_packages_are_the_ones_held():
-    packages = D.parse_dpkg_query(DPKG_TRIXIE)
-    names = D.driver_packages(packages)
+    packages = P.parse_dpkg_query(DPKG_TRIXIE)
+    names = P.driver_packages(packages)
     assert names == ["firmware-nvidia-gsp", "libcuda1", "libnvidia-ml1", "nvidia-kernel-common", "nvidia-kernel-dkms",
                      "nvidia-modprobe", "nvidia-persistenced", "nvidia-smi", "nvidia-support"]
     assert "libcudart12" not in names and "apt" not in names
@@ -415,17 +417,17 @@ def test_driver_packages_are_the_ones_held():
     ("libcudart12", False), ("cuda-toolkit-12-4", False), ("dkms", False), ("linux-headers-amd64", False),
 ])
 def test_is_driver_package(name, expected):
-    assert D.is_driver_package(name) is expected
+    assert P.is_driver_package(name) is expected
 
 
 def test_installed_driver_version():
-    assert D.installed_driver_version(D.parse_dpkg_query(DPKG_TRIXIE)) == "550.163.01"
-    assert D.installed_driver_version(D.parse_dpkg_query(DPKG_UBUNTU)) == "550.163.01"
+    assert P.installed_driver_version(P.parse_dpkg_query(DPKG_TRIXIE)) == "550.163.01"
+    assert P.installed_driver_version(P.parse_dpkg_query(DPKG_UBUNTU)) == "550.163.01"
     # nvidia-modprobe and nvidia-support carry their own versions and say nothing about the driver
-    only_tools = D.parse_dpkg_query("install installed nvidia-modprobe 570.133.07-1\n"
+    only_tools = P.parse_dpkg_query("install installed nvidia-modprobe 570.133.07-1\n"
                                     "install installed nvidia-support 20240109+1\n")
-    assert D.installed_driver_version(only_tools) is None
-    assert D.installed_driver_version({}) is None
+    assert P.installed_driver_version(only_tools) is None
+    assert P.installed_driver_version({}) is None
 
 
 # --- decisions -----------------------------------------------------------------------------------
@@ -559,17 +561,42 @@ def test_normalize_fingerprint_rejects(value):
 
 # --- whole requests ------------------------------------------------------------------------------
 
+_STEP_INPUTS = ("branch", "version", "source", "kernel_module", "required_kernel_module", "allow_change",
+                "loaded_driver_version")
+
+
+def _step(request, **want):
+    """The preflight plan's driver step for this request's host, from the real planner (_plan.plan_driver)
+    with the packages host_facts would read from the request's listings."""
+    installed = D._installed(request)
+    packages = {"manager": "dpkg", "installed_version": P.installed_driver_version(installed),
+                "packages": P.driver_packages(installed), "error": None}
+    driver = normalize_request({"driver": dict(manage=True, **want)})["driver"]
+    return plan_driver(want.get("loaded_driver_version"), driver, packages=packages,
+                       required_kernel_module=want.get("required_kernel_module", "proprietary"),
+                       distribution={"name": request["distribution"],
+                                     "major_version": request["distribution_major_version"],
+                                     "version": request["distribution_version"]})
+
+
 def _request(**overrides):
+    """A role request for the package plan, its step planned from the same host facts."""
     request = {
         "command": "plan", "distribution": "Debian", "distribution_major_version": "13",
         "distribution_version": "13.1", "architecture": "x86_64", "kernel": "6.12.48+deb13-amd64",
-        "virtualization_type": "kvm", "virtualization_role": "host", "branch": "550", "version": "",
-        "source": "auto", "kernel_module": "auto", "required_kernel_module": "proprietary", "allow_change": False,
-        "loaded_driver_version": None, "dpkg_query": "", "rpm_query": None, "versionlock_list": "",
+        "virtualization_type": "kvm", "virtualization_role": "host",
+        "dpkg_query": "", "rpm_query": None, "versionlock_list": "",
         "cuda_repo_base_url": "https://developer.download.nvidia.com/compute/cuda/repos",
         "cuda_repo_key_url": "", "cuda_repo_key_fingerprint": "",
     }
+    want = {"branch": "550"}
+    for key in _STEP_INPUTS:
+        if key in overrides:
+            want[key] = overrides.pop(key)
     request.update(overrides)
+    loaded = want.pop("loaded_driver_version", None)
+    required = want.pop("required_kernel_module", "proprietary")
+    request["step"] = _step(request, loaded_driver_version=loaded, required_kernel_module=required, **want)
     return request
 
 
@@ -597,7 +624,7 @@ def test_plan_keeps_the_installed_version():
 
 def test_plan_refuses_a_branch_change_without_permission():
     plan = D.run(_request(branch="580", dpkg_query=DPKG_TRIXIE))
-    assert plan["action"] == "refuse" and "R550 to R580" in plan["action_msg"]
+    assert plan["action"] == "refuse" and "R580" in plan["action_msg"] and "allow_change" in plan["action_msg"]
     plan = D.run(_request(branch="580", dpkg_query=DPKG_TRIXIE, allow_change=True))
     assert plan["action"] == "change" and plan["source"] == "cuda_repo"
     assert plan["held_driver_packages"]
@@ -619,20 +646,49 @@ def test_plan_ubuntu_and_el():
     assert el["repo"]["url"].endswith("/rhel9/x86_64/")
 
 
-@pytest.mark.parametrize("overrides,message", [
-    ({"version": "580.95.05"}, "is not on branch R550"),
-    ({"distribution_major_version": "11", "distribution_version": "11.9"}, "not supported"),
-    ({"kernel_module": "open"}, "open GPU kernel modules do not support"),
-    ({"required_kernel_module": None}, "could not be identified"),
-    ({"distribution": "Rocky", "distribution_major_version": "9"}, "nvidia_driver_cuda_repo_key_fingerprint"),
-    ({"loaded_driver_version": "550.54.14"}, None),
+@pytest.mark.parametrize("overrides,code,message", [
+    ({"distribution_major_version": "11", "distribution_version": "11.9"}, "DRIVER_SOURCE_UNAVAILABLE",
+     "Debian 11.9 is not supported"),
+    ({"source": "distro", "branch": "580"}, "DRIVER_SOURCE_UNAVAILABLE", "set preflight_deployment.driver.source"),
+    ({"kernel_module": "open"}, "DRIVER_KERNEL_MODULE_UNSUITABLE", "open GPU kernel modules do not support"),
+    ({"required_kernel_module": None}, "DRIVER_KERNEL_MODULE_UNSUITABLE", "could not be identified"),
+    ({"loaded_driver_version": "550.54.14"}, "DRIVER_NOT_FROM_PACKAGES",
+     "driver 550.54.14 is loaded but no driver package is installed"),
 ])
-def test_plan_errors(overrides, message):
-    plan = D.run(_request(**overrides))
-    if message is None:  # an unmanaged driver is a refusal, not an input error
-        assert plan["action"] == "refuse"
-    else:
-        assert message in plan["error"]
+def test_the_plan_refuses_what_the_role_cannot_install(overrides, code, message):
+    """Flavour, source and a driver no package installed are decided in the plan's driver step,
+    before any change; the role's package plan never sees such a step as carried out."""
+    request = _request(**overrides)
+    step = request["step"]
+    assert [p["code"] for p in step["problems"]] == [code]
+    assert message in step["problems"][0]["message"]
+    answer = D.run(request)  # never a package plan that installs: a refusal or an error that says why
+    assert answer.get("action") == "refuse" or "error" in answer, answer
+
+
+def test_a_step_without_the_package_decision_is_refused():
+    request = _request()
+    del request["step"]["source"]
+    assert "planned without the host's driver packages" in D.run(request)["error"]
+    request["step"] = None
+    assert "run the preflight role first" in D.run(request)["error"]
+
+
+@pytest.mark.parametrize("change,stale", [
+    ({"dpkg_query": DPKG_TRIXIE}, "the driver packages carried no driver, now they carry 550.163.01"),
+    ({"distribution_major_version": "12", "distribution_version": "12.11"}, "made for debian13, this host is debian12"),
+])
+def test_a_host_that_changed_since_the_plan_is_a_stale_plan(change, stale):
+    """The role checks the host against what the step was planned from and changes nothing when it differs."""
+    request = _request()
+    request.update(change)
+    error = D.run(request)["error"]
+    assert error.startswith("stale plan: ") and stale in error and "nothing was changed" in error
+
+
+def test_plan_needs_the_repository_fingerprint_on_el():
+    error = D.run(_request(distribution="Rocky", distribution_major_version="9", distribution_version="9.6"))["error"]
+    assert "nvidia_driver_cuda_repo_key_fingerprint" in error
 
 
 def test_plan_in_a_container():
@@ -693,16 +749,25 @@ def test_role_defaults_give_a_plan_on_every_supported_distribution():
                                  ("Ubuntu", "24", "24.04")):
         plan = D.run(_request(distribution=dist, distribution_major_version=major, distribution_version=version,
                               branch=driver["branch"], version=driver["version"],
-                              source=values["nvidia_driver_source"], kernel_module=values["nvidia_driver_kernel_module"],
+                              source=driver["source"], kernel_module=driver["kernel_module"],
                               cuda_repo_base_url=values["nvidia_driver_cuda_repo_base_url"]))
         assert "error" not in plan, (dist, major, plan)
         assert plan["branch"] == 550 and plan["kernel_module"] == "proprietary"
 
 
+def _plan_choices(key):
+    """The choices the plan's request accepts for request.driver.<key>, read back from its error message."""
+    with pytest.raises(GateInputError) as exc:
+        normalize_request({"driver": {key: "nonsense"}})
+    listed = str(exc.value).split("expected one of ", 1)[1].split(", got", 1)[0]
+    return tuple(listed.split(", "))
+
+
 def test_argument_spec_choices_match_the_helper():
     with open(os.path.join(ROLE, "meta", "argument_specs.yml")) as handle:
         options = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
-    assert tuple(options["nvidia_driver_source"]["choices"]) == D.SOURCES
-    assert tuple(options["nvidia_driver_kernel_module"]["choices"]) == D.FLAVOURS
+    # The flavour and the source are request keys now (the plan decides them): their choices are the helper's.
+    assert "nvidia_driver_source" not in options and "nvidia_driver_kernel_module" not in options
+    assert _plan_choices("kernel_module") == D.FLAVOURS and _plan_choices("source") == D.SOURCES
     assert tuple(options["nvidia_driver_reboot"]["choices"]) == D.REBOOT_POLICIES
     assert NVIDIA_APT_FPR in " ".join(options["nvidia_driver_cuda_repo_key_fingerprint"]["description"])

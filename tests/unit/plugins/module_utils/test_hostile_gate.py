@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _driver as D
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _gate as G
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _host as H
+from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _packages as PK
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _plan as P
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge import _policy as POL
 from ansible_collections.labfleet.vllm.plugins.module_utils.reporting import _report as R
@@ -61,9 +62,12 @@ def request(**changes):
 
 
 # The nvidia_driver role's plan request on a Debian 12 host (roles/nvidia_driver/defaults/main.yml).
-DRIVER_PLAN = {"command": "plan", "distribution": "Debian", "distribution_major_version": "12", "branch": "550",
-               "required_kernel_module": "proprietary", "architecture": "x86_64",
-               "cuda_repo_base_url": "https://developer.download.nvidia.com/compute/cuda/repos"}
+# The preflight plan's driver step for a Debian 12 host without a driver (the role's package plan carries it out).
+DRIVER_STEP = {"action": "install", "branch": 550, "version": None, "kernel_module": "proprietary",
+               "source": "cuda_repo", "source_why": "Debian 12's own archive has no R550", "distro": "debian12",
+               "installed": None, "why": "no NVIDIA driver package is installed: the role installs R550"}
+DRIVER_PLAN = {"command": "plan", "distribution": "Debian", "distribution_major_version": "12", "step": DRIVER_STEP,
+               "architecture": "x86_64", "cuda_repo_base_url": "https://developer.download.nvidia.com/compute/cuda/repos"}
 
 
 def run(driver="550.54.14", req=None, **kwargs):
@@ -187,9 +191,9 @@ def test_driver_role_parsers_take_only_ascii_digits():
         D.parse_branch(FULLWIDTH_550)
     with pytest.raises(D.DriverInputError):
         D.parse_exact_version(FULLWIDTH_550 + ".54.14")
-    assert D.upstream_version(ARABIC_550 + ".54.14-1") is None
-    assert D.upstream_version("550.54.14-1") == "550.54.14"
-    answer = D.run(dict(DRIVER_PLAN, branch="R" + FULLWIDTH_550))
+    assert PK.upstream_version(ARABIC_550 + ".54.14-1") is None
+    assert PK.upstream_version("550.54.14-1") == "550.54.14"
+    answer = D.run(dict(DRIVER_PLAN, step=dict(DRIVER_STEP, branch="R" + FULLWIDTH_550)))
     assert "preflight_deployment.driver.branch" in answer["error"]
 
 

@@ -101,6 +101,90 @@ def test_a_refused_change_is_judged_as_requested():
     assert set(codes(verdict["reasons"])) == {"DRIVER_CHANGE_NOT_ALLOWED", "DRIVER_BRANCH_UNSUPPORTED_FOR_ARCH"}
 
 
+# --- the driver step from the installed packages (host_facts' driver_packages): decided once -------
+
+DEBIAN12 = {"name": "Debian", "major_version": "12", "version": "12.11"}
+
+
+def packaged(installed="550.54.14", error=None, distribution=None):
+    """host= for plan(): the driver packages as host_facts reads them, and the distribution."""
+    return {"driver_packages": {"manager": "dpkg", "installed_version": installed, "error": error,
+                                "packages": ["libnvidia-ml1", "nvidia-smi"] if installed else []},
+            "distribution": DEBIAN12 if distribution is None else distribution}
+
+
+def test_with_the_packages_known_the_step_says_how_the_role_installs():
+    verdict = run(host=packaged())
+    assert verdict["allowed"] is True, verdict["reasons"]
+    step = verdict["steps"]["driver"]
+    assert (step["action"], step["installed"], step["target"]) == ("keep", "550.54.14", "550.54.14")
+    assert (step["kernel_module"], step["source"], step["distro"]) == ("proprietary", "cuda_repo", "debian12")
+    assert step["problems"] == [] and "Debian 12's own archive has no R550" in step["source_why"]
+    # the same verdict as from the loaded driver alone, but for the step's added keys
+    legacy = run()
+    assert dict((k, v) for k, v in step.items() if k in legacy["steps"]["driver"]) == dict(
+        legacy["steps"]["driver"], why=step["why"])
+    assert verdict["target"] == legacy["target"] and verdict["instances"] == legacy["instances"]
+
+
+def test_a_driver_installed_but_not_loaded_is_kept_and_judged_as_installed():
+    """The trixie container's state: nvidia-driver 550.163.01 installed, no module loaded."""
+    verdict = run(driver=None, host=packaged("550.163.01"))
+    step = verdict["steps"]["driver"]
+    assert (step["action"], step["current"], step["target"]) == ("keep", None, "550.163.01")
+    assert "not loaded yet" in step["why"] and "reboots" in step["why"]
+    assert verdict["target"]["driver_version"] == "550.163.01" and verdict["allowed"] is True
+
+
+def test_an_upgrade_not_yet_loaded_is_judged_as_the_installed_driver():
+    verdict = run(driver="550.54.14", cuda_driver_version="12.4", host=packaged("550.163.01"))
+    step = verdict["steps"]["driver"]
+    assert (step["action"], step["target"]) == ("keep", "550.163.01")
+    assert "driver 550.54.14 is still loaded" in step["why"]
+
+
+def test_the_installed_packages_not_the_loaded_driver_decide_a_change():
+    verdict = run(driver="550.54.14", host=packaged("580.95.05"))
+    assert codes(verdict["reasons"]) == ["DRIVER_CHANGE_NOT_ALLOWED"]
+    assert "driver 580.95.05 is installed but the request asks for R550" in verdict["reasons"][0]["message"]
+
+
+@pytest.mark.parametrize("driver,host,change,code,text", [
+    ("550.54.14", packaged(None), {}, "DRIVER_NOT_FROM_PACKAGES",
+     "driver 550.54.14 is loaded but no driver package is installed"),
+    ("550.54.14", packaged(), {"kernel_module": "open"}, "DRIVER_KERNEL_MODULE_UNSUITABLE",
+     "open GPU kernel modules do not support"),
+    ("550.54.14", packaged(), {"source": "distro"}, "DRIVER_SOURCE_UNAVAILABLE",
+     "Debian 12's own archive has R535 usable for R550"),
+    ("550.54.14", packaged(distribution={"name": "Debian", "major_version": "11", "version": "11.9"}), {},
+     "DRIVER_SOURCE_UNAVAILABLE", "is not supported by the nvidia_driver role"),
+    ("550.54.14", packaged(error="dpkg exited 2: database locked"), {}, "DRIVER_PACKAGES_UNREADABLE",
+     "dpkg exited 2: database locked"),
+])
+def test_what_the_role_could_not_install_is_refused_by_the_plan(driver, host, change, code, text):
+    """Each of these was a refusal of the nvidia_driver role, after the preflight had allowed the host."""
+    req = request(driver=dict({"manage": True, "branch": "550"}, **change))
+    verdict = run(driver=driver, host=host, req=req)
+    assert verdict["allowed"] is False and code in codes(verdict["reasons"])
+    assert text in [r for r in verdict["reasons"] if r["code"] == code][0]["message"]
+    step = verdict["steps"]["driver"]
+    assert step["action"] == "refuse" and code in step["reasons"]
+    assert verdict["steps"]["server"]["action"] == "skip"
+
+
+@pytest.mark.parametrize("host,req,where", [
+    ({"driver_packages": "550"}, None, "host.driver_packages"),
+    (packaged("550\n54"), None, "host.driver_packages"),
+    (packaged("banana"), None, "host.driver_packages.installed_version"),
+    (packaged(), request(driver={"manage": True, "branch": "550", "kernel_module": "closed"}),
+     "request.driver.kernel_module"),
+    (packaged(), request(driver={"manage": True, "branch": "550", "source": ["distro"]}), "request.driver.source"),
+])
+def test_malformed_driver_package_facts_and_choices_are_input_errors(host, req, where):
+    with pytest.raises(_gate.GateInputError, match=where.replace(".", r"\.")):
+        run(host=host, req=req)
+
+
 def test_a_host_without_a_driver_is_judged_with_the_driver_it_will_get():
     verdict = run(driver=None, req=request(driver={"manage": True, "version": "550.163.01"}))
     assert verdict["allowed"] is True, verdict["reasons"]

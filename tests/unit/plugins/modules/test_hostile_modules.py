@@ -99,9 +99,13 @@ def test_nvidia_driver_plan_answers_hostile_input_with_an_error():
     request = {"command": "plan", "distribution": ["Debian"], "distribution_major_version": "12", "branch": "550"}
     kind, result = run_module(nvidia_driver_plan, {"request": request})
     assert kind == "exit" and "is not supported by the nvidia_driver role" in result["answer"]["error"]
-    request = dict(request, distribution="Debian", branch=u"\uff15\uff15\uff10")
+    step = {"action": "install", "branch": u"\uff15\uff15\uff10", "version": None, "kernel_module": "proprietary",
+            "source": "cuda_repo", "distro": "debian12", "installed": None}
+    request = dict(request, distribution="Debian", step=step)
     kind, result = run_module(nvidia_driver_plan, {"request": request})
     assert kind == "exit" and "preflight_deployment.driver.branch" in result["answer"]["error"]
+    kind, result = run_module(nvidia_driver_plan, {"request": dict(request, step=dict(step, action="upgrade"))})
+    assert kind == "exit" and "the preflight's driver step says 'upgrade'" in result["answer"]["error"]
     request = dict(request, command="assess", branch="550", dpkg_query=12)
     kind, result = run_module(nvidia_driver_plan, {"request": request})
     assert kind == "exit" and result["answer"]["error"].startswith("dpkg_query: expected")
