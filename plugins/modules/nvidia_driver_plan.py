@@ -13,13 +13,15 @@ module: nvidia_driver_plan
 short_description: Plan, assess and key-check an NVIDIA driver installation (pure, no side effects)
 version_added: 0.1.0
 description:
-  - The decisions of the C(labfleet.vllm.nvidia_driver) role, as one pure function with no side
-    effects. It says which packages carry the requested branch on this distribution and from which source,
-    whether an installed driver is kept, installed or changed, what to hold, whether the host needs
-    a reboot and may have one, and whether a downloaded repository key has the expected fingerprint.
-  - Which branch drives which GPU and which kernel-module flavour a GPU needs are not decided here but
-    by M(labfleet.vllm.deploy_gate); its C(driver_requirements.kernel_module) is passed in as
-    C(required_kernel_module).
+  - How the C(labfleet.vllm.nvidia_driver) role carries out the driver step of the preflight's plan, as one
+    pure function with no side effects. It says which packages carry the step's branch on this distribution,
+    what to hold, the apt pin and the repository, whether the host needs a reboot and may have one, and
+    whether a downloaded repository key has the expected fingerprint.
+  - It decides nothing the plan decided. The action (keep, install, replace or refuse), the kernel-module
+    flavour and the package source are the plan's (M(labfleet.vllm.deploy_gate), C(steps.driver)), passed in
+    whole as C(step). The V(plan) command refuses a stale plan, naming what differs, when the host's
+    distribution or the driver version its installed packages carry is no longer what the step was
+    planned from (C(step.distro), C(step.installed)).
   - The module never fails for an answer the request cannot satisfy; the answer then carries C(error).
 options:
   request:
@@ -47,8 +49,9 @@ EXAMPLES = r"""
       distribution_major_version: "{{ ansible_facts['distribution_major_version'] }}"
       distribution_version: "{{ ansible_facts['distribution_version'] }}"
       architecture: "{{ ansible_facts['architecture'] }}"
-      branch: "550"
-      required_kernel_module: proprietary
+      kernel: "{{ ansible_facts['kernel'] }}"
+      step: "{{ preflight_verdict['steps']['driver'] }}"
+      dpkg_query: "{{ dpkg_listing.stdout }}"
   register: driver_plan
 
 - name: Stop when the plan cannot be carried out
