@@ -385,16 +385,16 @@ def stream_request(url, body, headers, timeout, clock=time.monotonic):
         outcome["status"] = response.status
         ctype = (response.getheader("Content-Type") or "").lower()
         if response.status != 200:
-            answer, error = read_body(response, MAX_BODY_BYTES)
+            answer, error = read_body(response, MAX_BODY_BYTES, watchdog)
             outcome["error"] = "HTTP %s: %s" % (response.status, error or error_message(answer))
         elif not ctype.startswith("text/event-stream"):
-            read_body(response, MAX_BODY_BYTES)
+            read_body(response, MAX_BODY_BYTES, watchdog)
             outcome["error"] = "the answer is not a stream (Content-Type %s)" % (short(ctype, 60) or "missing")
         else:
             state = {"error": None}
 
             def timed():
-                for data in iter_sse_data(read_pieces(response, MAX_STREAM_BYTES, state)):
+                for data in iter_sse_data(read_pieces(response, MAX_STREAM_BYTES, state, watchdog)):
                     yield clock(), data
 
             stream = stream_events(timed())

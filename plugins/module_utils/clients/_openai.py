@@ -9,8 +9,10 @@ Private to labfleet.vllm (the leading underscore): no stability promise to other
   huge integers, non-ASCII digits, control characters) and say what is expected.
 - ``http_request``: one HTTP request that never raises for network or HTTP errors. Its timeout
   bounds the WHOLE request (connect, headers, body), not each socket read: a watchdog shuts the
-  socket down when the time is up, so a server that trickles bytes or keep-alive comments cannot
-  hold it. Bodies are read up to a byte limit.
+  socket (its own reference, which ``Connection: close`` cannot take away) down when the time is
+  up, and each read of the body starts only before the deadline and waits at most until it, so a
+  server that trickles bytes or keep-alive comments cannot hold it. Bodies are read up to a byte
+  limit.
 - ``iter_sse_data`` / ``stream_chunks`` / ``read_chat_stream``: server-sent events as vLLM streams
   them (``data: {json}`` blocks separated by blank lines, ending with ``data: [DONE]``; chunks with
   empty text in the middle; the last token and ``finish_reason`` in one chunk). stream_chunks is
@@ -275,12 +277,22 @@ class Unreachable(Exception):
 
 
 class _Watchdog:
-    """Ends one request when its total time is up by shutting its socket down from a timer thread.
+    """Ends one request at its deadline, whatever the server does.
 
-    Every blocking call on the socket (connect, TLS handshake, send, each read) then returns at
-    once; the reader asks ``expired()`` and reports the timeout. The flag is set before the socket
-    is looked up, and the request checks the flag after its socket exists, so no order of the two
-    threads lets a request run on past its deadline.
+    Two ways, either enough on its own:
+
+    - a timer thread shuts the request's socket down when the time is up: every blocking call on it
+      (connect, TLS handshake, send, each read of the headers or the body) then returns at once;
+    - before each read of the body the reader asks ``before_read()``, which says whether time is
+      left and sets the socket's own timeout to exactly that time: a read never waits past the
+      deadline, and a body dripped a byte at a time or pinged with keep-alive comments is cut at
+      the first read after it.
+
+    The watchdog keeps its own reference to the socket (``hold``): after an answer with
+    ``Connection: close`` (or HTTP/1.0, or a body that ends when the connection does) http.client
+    drops the socket from the connection and leaves it to the response alone. The flag is set
+    before the socket is looked up, and the request checks the flag after its socket exists, so no
+    order of the two threads lets a request run on past its deadline.
 
     ``clock`` and ``timer`` are time.monotonic and threading.Timer; unit tests pass others to see
     the deadline a request gets, or a timer that never fires.
@@ -290,6 +302,7 @@ class _Watchdog:
         self.seconds = max(float(seconds), 0.0)
         self.fired = False
         self.connection = None
+        self.sock = None
         self.ends = None
         self._clock = clock
         self._timer = timer(self.seconds, self._fire)
@@ -300,23 +313,51 @@ class _Watchdog:
         self.ends = self._clock() + self.seconds
         self._timer.start()
 
+    def hold(self, sock):
+        """Keep the request's socket (the connection may let go of it); shut it at once when the
+        timer already fired."""
+        self.sock = sock
+        if self.fired:
+            self._fire()
+
     def _fire(self):
         self.fired = True
-        sock = getattr(self.connection, "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except (OSError, ValueError):
-                pass
+        for sock in (self.sock, getattr(self.connection, "sock", None)):
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except (OSError, ValueError):
+                    pass
+
+    def remaining(self):
+        """Seconds left before the deadline (the whole timeout before ``start``); 0 once expired."""
+        if self.fired:
+            return 0.0
+        if self.ends is None:
+            return self.seconds
+        return max(self.ends - self._clock(), 0.0)
 
     def expired(self):
         """Whether the request's time is up: the timer fired, or the deadline has passed on the clock.
 
-        The socket's own timeout is the same number of seconds and starts with each blocking call,
-        so a read that waited for it ends at or after the deadline, possibly before the timer
-        thread ran: that read error is the timeout too.
+        The socket's own timeout is set to the time left before each read, so a read that waited
+        for it ends at or after the deadline, possibly before the timer thread ran: that read error
+        is the timeout too.
         """
         return self.fired or (self.ends is not None and self._clock() >= self.ends)
+
+    def before_read(self):
+        """True when time is left for one more blocking call (a read of the body; in open_request
+        also the send and the headers), with the held socket's timeout set to that time; False at
+        or after the deadline."""
+        if self.expired():
+            return False
+        if self.sock is not None:
+            try:
+                self.sock.settimeout(max(self.remaining(), 0.001))
+            except (OSError, ValueError):  # closed meanwhile: the read reports it
+                pass
+        return True
 
     def stop(self):
         """Cancel the timer (the request ended)."""
@@ -326,8 +367,9 @@ class _Watchdog:
 def open_request(method, url, body=None, headers=None, timeout=10.0):
     """Send one request; returns ``(connection, response, watchdog)``, raises Unreachable.
 
-    ``timeout`` bounds the whole exchange, the body included: the caller reads the body and then
-    calls ``watchdog.stop()`` and ``connection.close()``.
+    ``timeout`` bounds the whole exchange, the body included: the caller reads the body with
+    ``read_pieces``/``read_body`` given the watchdog, and then calls ``watchdog.stop()`` and
+    ``connection.close()``.
     """
     watchdog = _Watchdog(timeout)
     connection = None
@@ -345,8 +387,12 @@ def open_request(method, url, body=None, headers=None, timeout=10.0):
             connection = HTTPConnection(parts.hostname, parts.port, timeout=timeout)
         watchdog.connection = connection
         watchdog.start()
+        connection.connect()
+        watchdog.hold(connection.sock)
+        if not watchdog.before_read():
+            raise socket.timeout("timed out")
         connection.request(method, path, body=body, headers=dict(headers or {}))
-        if watchdog.expired():
+        if not watchdog.before_read():
             raise socket.timeout("timed out")
         return connection, connection.getresponse(), watchdog
     except (socket.timeout, OSError, ValueError, HTTPException) as exc:
@@ -358,14 +404,19 @@ def open_request(method, url, body=None, headers=None, timeout=10.0):
         raise Unreachable("cannot reach %s: %s" % (url, short(exc, 200) or exc.__class__.__name__))
 
 
-def read_pieces(response, limit, state):
+def read_pieces(response, limit, state, watchdog):
     """Yield what the server sends, piece by piece, at most ``limit`` bytes in all.
 
     Stops quietly at the end of the body; a read error, a body cut short or a body over the limit
-    ends it with ``state["error"]`` set.
+    ends it with ``state["error"]`` set. ``watchdog`` is the request's (open_request's): no read
+    starts after its deadline or waits past it; the time running out ends the body with
+    ``state["error"]`` set, and the caller, seeing ``watchdog.expired()``, reports the timeout.
     """
     total = 0
     while True:
+        if not watchdog.before_read():
+            state["error"] = "the request's time ran out after %d bytes of the answer" % total
+            return
         try:
             piece = response.read1(READ_SIZE)
         except (socket.timeout, OSError, ValueError, HTTPException) as exc:
@@ -383,10 +434,10 @@ def read_pieces(response, limit, state):
         yield piece
 
 
-def read_body(response, limit):
-    """``(body, error)`` of a whole (bounded) response body."""
+def read_body(response, limit, watchdog):
+    """``(body, error)`` of a whole (bounded) response body (``watchdog``: as for read_pieces)."""
     state = {"error": None}
-    body = b"".join(read_pieces(response, limit, state))
+    body = b"".join(read_pieces(response, limit, state, watchdog))
     return body, state["error"]
 
 
@@ -408,7 +459,7 @@ def http_request(method, url, payload=None, headers=None, timeout=10.0, limit=MA
     except Unreachable as exc:
         return None, b"", str(exc)
     try:
-        body, error = read_body(response, limit)
+        body, error = read_body(response, limit, watchdog)
         if watchdog.expired():
             return None, b"", timeout_message(url, timeout)
         if error:
@@ -692,16 +743,16 @@ def chat_completion(url, body, headers=None, timeout=120.0, clock=time.monotonic
         outcome["status"] = response.status
         ctype = (response.getheader("Content-Type") or "").lower()
         if response.status != 200:
-            answer, error = read_body(response, MAX_BODY_BYTES)
+            answer, error = read_body(response, MAX_BODY_BYTES, watchdog)
             outcome["error"] = "HTTP %s: %s" % (response.status, error_message(answer) if not error else error)
         elif body.get("stream") and not ctype.startswith("application/json"):
             state = {"error": None}
-            streamed = read_chat_stream(read_pieces(response, limit, state), started, clock)
+            streamed = read_chat_stream(read_pieces(response, limit, state, watchdog), started, clock)
             outcome.update(text=streamed["text"], tokens=streamed["tokens"], ttft_s=streamed["ttft_s"],
                            finish_reason=streamed["finish_reason"], done=streamed["done"],
                            error=state["error"] or streamed["error"])  # a cut stream: the cause first
         else:
-            answer, error = read_body(response, MAX_BODY_BYTES)
+            answer, error = read_body(response, MAX_BODY_BYTES, watchdog)
             if error:
                 outcome["error"] = error
             else:

@@ -200,9 +200,13 @@ def test_deadline_counts_down_on_its_clock():
 class FakeSocket:
     def __init__(self):
         self.shut = []
+        self.timeouts = []
 
     def shutdown(self, how):
         self.shut.append(how)
+
+    def settimeout(self, seconds):
+        self.timeouts.append(seconds)
 
 
 def test_watchdog_deadline_is_its_seconds_from_its_start_on_its_clock(manual_timers):
@@ -234,6 +238,31 @@ def test_watchdog_that_fires_shuts_the_socket_and_expires_at_once(manual_timers)
     manual_timers.made[1].fire()
     assert dog.fired and dog.expired() and clock.now < dog.ends
     assert dog.connection.sock.shut == [socket.SHUT_RDWR]
+
+
+def test_watchdog_keeps_the_socket_the_connection_let_go_and_times_each_read_to_the_deadline(manual_timers):
+    """After an answer with Connection: close http.client sets the connection's sock to None; the
+    watchdog still shuts the socket it holds, and each read may wait only for the time left."""
+    clock = FakeClock()
+    clock.now = 10.0
+    dog = O._Watchdog(4, clock, manual_timers)
+    sock = FakeSocket()
+    dog.connection = type("Connection", (), {"sock": None})()   # let go of the socket
+    dog.start()
+    dog.hold(sock)
+    clock.now = 12.5
+    assert dog.before_read() and sock.timeouts == [1.5] and dog.remaining() == 1.5
+    clock.now = 14.0
+    assert not dog.before_read() and sock.timeouts == [1.5] and dog.remaining() == 0.0
+    manual_timers.made[0].fire()
+    assert sock.shut == [socket.SHUT_RDWR]
+    # A timer that fired before the socket was held shuts it as soon as it is.
+    early = O._Watchdog(4, clock, manual_timers)
+    early.start()
+    manual_timers.made[1].fire()
+    late = FakeSocket()
+    early.hold(late)
+    assert late.shut == [socket.SHUT_RDWR] and not early.before_read()
 
 
 def test_iter_lines_handles_crlf_split_across_pieces_and_lone_cr():

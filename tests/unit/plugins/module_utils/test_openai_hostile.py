@@ -15,11 +15,12 @@ import threading
 import time
 
 import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings, strategies as st
 
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.labfleet.vllm.plugins.module_utils.clients import _openai as O
-from ansible_collections.labfleet.vllm.plugins.modules import openai_smoke
+from ansible_collections.labfleet.vllm.plugins.modules import openai_smoke, vllm_benchmark
 
 # A health wait that lost its timeout fails the test instead of hanging (conftest.py).
 pytestmark = pytest.mark.usefixtures("health_wait_guard")
@@ -123,8 +124,12 @@ def chunk(data):
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
+def sse_text(obj):
+    return ("data: %s\n\n" % json.dumps(obj, ensure_ascii=False)).encode("utf-8")
+
+
 def sse(obj):
-    return chunk(("data: %s\n\n" % json.dumps(obj, ensure_ascii=False)).encode("utf-8"))
+    return chunk(sse_text(obj))
 
 
 def piece(text, finish=None):
@@ -608,3 +613,204 @@ def test_module_metrics_with_engine_and_model_name_labels(serve, capsys):
                                      "check_metrics": True})
     assert rc == 0, result
     assert result["metrics_models"] == ["quasar"] and result["metrics"] > 20
+
+
+# ------------------------------------------------------------------ one deadline, whatever the server does (issue 24)
+#
+# Properties over a drawn misbehaviour: how the answer is framed (chunked or Content-Length on a kept
+# connection; chunked, Content-Length, until-close or HTTP/1.0 with Connection: close, after which
+# http.client keeps no socket on the connection), what the server does once the headers are out
+# (keep-alive comments, one byte at a time, nothing), how often, and after how many tokens. Every
+# request ends by its deadline (DT) plus scheduling noise (MARGIN), with a message naming the
+# deadline; the servers give up after HOLD seconds, so a request that ignores its deadline fails the
+# property instead of hanging. No shrinking: each example costs real seconds, and a failing one
+# HOLD seconds.
+
+DT = 0.5
+MARGIN = 0.45
+HOLD = 3.0
+FRAMINGS = ("chunked", "length", "chunked+close", "length+close", "until-close", "http/1.0")
+MISBEHAVIOURS = ("comments", "drip", "silence")
+REAL_TIME = settings(max_examples=12, deadline=None, database=None, phases=(Phase.explicit, Phase.generate),
+                     suppress_health_check=list(HealthCheck))
+
+
+def framed_head(framing, status="200 OK", ctype="text/event-stream; charset=utf-8"):
+    extra = {"chunked": "transfer-encoding: chunked\r\n", "length": "content-length: 1000000\r\n",
+             "until-close": "connection: close\r\n", "http/1.0": ""}
+    lines = extra.get(framing) or extra[framing.split("+")[0]] + "connection: close\r\n"
+    version = "HTTP/1.0" if framing == "http/1.0" else "HTTP/1.1"
+    return ("%s %s\r\ncontent-type: %s\r\n%s\r\n" % (version, status, ctype, lines)).encode()
+
+
+def framed(framing, data):
+    return chunk(data) if framing.startswith("chunked") else data
+
+
+def misbehaving(framing, kind, interval, tokens=0, delay=0.0):
+    """A scenario: after ``delay`` s the headers and ``tokens`` tokens, then ``kind`` every ``interval`` s
+    for HOLD s (a chunked drip is one chunk of a million bytes, sent a byte at a time)."""
+    def scenario(_request, sock, stop):
+        if stop.wait(delay):
+            return False
+        sock.sendall(framed_head(framing) + framed(framing, sse_text(piece("t"))) * tokens)
+        if kind == "drip" and framing.startswith("chunked"):
+            sock.sendall(b"%x\r\n" % 1000000)
+        ends = time.monotonic() + HOLD
+        while time.monotonic() < ends and not stop.wait(interval):
+            if kind != "silence":
+                sock.sendall(b" " if kind == "drip" else framed(framing, b": ping\n\n"))
+        return False
+    return scenario
+
+
+class Misbehaving:
+    """A RawServer running one scenario, for one hypothesis example (function fixtures outlive examples)."""
+
+    def __init__(self, scenario):
+        self.server = RawServer(scenario)
+        self.url = self.server.url
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_exc):
+        self.server.close()
+
+
+def ask(client, url, timeout=DT):
+    """One request of ``client`` (http_request, chat_completion or the benchmark's stream_request) as
+    ``(timed_out, error)``, and its seconds."""
+    began = time.monotonic()
+    if client == "http_request":
+        status, _body, error = O.http_request("GET", url, timeout=timeout)
+        outcome = (status is None and (error or "").startswith("no complete answer"), error)
+    elif client == "chat_completion":
+        result = O.chat_completion(url, CHAT, timeout=timeout)
+        outcome = (result["timed_out"], result["error"])
+    else:
+        result = vllm_benchmark.stream_request(url, json.dumps(CHAT).encode(), {}, timeout)
+        outcome = (result["timed_out"], result["error"])
+    return outcome, time.monotonic() - began
+
+
+CLIENTS = ("http_request", "chat_completion", "stream_request")
+
+
+@REAL_TIME
+@given(framing=st.sampled_from(FRAMINGS), kind=st.sampled_from(MISBEHAVIOURS), interval=st.floats(0.01, 0.2),
+       tokens=st.integers(0, 3), client=st.sampled_from(CLIENTS))
+# The issue's cases: keep-alive comments forever, a body dripped a byte at a time, each on a kept
+# connection and after Connection: close (http.client then drops its socket from the connection).
+@example(framing="chunked", kind="comments", interval=0.05, tokens=1, client="chat_completion")
+@example(framing="chunked+close", kind="comments", interval=0.05, tokens=1, client="chat_completion")
+@example(framing="length", kind="drip", interval=0.05, tokens=0, client="http_request")
+@example(framing="length+close", kind="drip", interval=0.05, tokens=0, client="http_request")
+@example(framing="until-close", kind="comments", interval=0.05, tokens=2, client="stream_request")
+def test_every_request_ends_at_its_deadline_whatever_the_body_does(framing, kind, interval, tokens, client):
+    """Keep-alive comments forever, a body dripped a byte at a time (each read well within any
+    per-read timeout), or silence, on a kept connection or after Connection: close."""
+    with Misbehaving(misbehaving(framing, kind, interval, tokens)) as server:
+        url = server.url + "/v1/chat/completions"
+        (timed_out, error), elapsed = ask(client, url)
+    assert elapsed < DT + MARGIN, (elapsed, error)
+    assert timed_out and error.startswith(O.timeout_message(url, DT)), error
+    assert "within 0.5 s" in error
+
+
+@REAL_TIME
+@given(framing=st.sampled_from(FRAMINGS), kind=st.sampled_from(MISBEHAVIOURS + ("at once",)),
+       delay=st.floats(0.0, 2 * DT), interval=st.floats(0.01, 0.2))
+@example(framing="length", kind="at once", delay=0.9, interval=0.05)
+@example(framing="length", kind="drip", delay=0.2, interval=0.05)
+@example(framing="http/1.0", kind="drip", delay=0.2, interval=0.05)
+def test_a_slow_health_check_ends_at_its_deadline(framing, kind, delay, interval):
+    """/health answering late, or its headers in time and its body slowly (or never)."""
+    def health(request, sock, stop):
+        if kind != "at once":
+            return misbehaving(framing, kind, interval, 0, delay)(request, sock, stop)
+        if not stop.wait(delay):
+            sock.sendall(plain("200 OK", ""))
+        return False
+
+    with Misbehaving(health) as server:
+        url = server.url + "/health"
+        (status, _body, error), elapsed = timed(lambda: O.http_request("GET", url, timeout=DT))
+    assert elapsed < DT + MARGIN, (elapsed, error)
+    if kind == "at once" and delay < DT - 0.2:
+        assert (status, error) == (200, None)
+    elif kind != "at once" or delay > DT + 0.05:
+        assert (status, error) == (None, O.timeout_message(url, DT))
+
+
+@REAL_TIME
+@given(framing=st.sampled_from(FRAMINGS), cut=st.floats(0.0, 1.0), client=st.sampled_from(CLIENTS))
+def test_a_connection_closed_anywhere_in_the_answer_ends_it_at_once(framing, cut, client):
+    """The server closes its connection after any number of bytes of a complete answer: the request
+    ends there, long before its deadline (for the benchmark an error unless the whole answer came)."""
+    events = [sse_text(piece("a")), sse_text(piece("b", "length")), b"data: [DONE]\n\n"]
+    body = b"".join(framed(framing, event) for event in events) + (b"0\r\n\r\n" if framing.startswith("chunked") else b"")
+    whole = framed_head(framing).replace(b"1000000", b"%d" % len(body)) + body
+    sent = whole[:int(round(cut * len(whole)))]
+
+    def scenario(_request, sock, _stop):
+        sock.sendall(sent)
+        return False
+
+    with Misbehaving(scenario) as server:
+        (timed_out, error), elapsed = ask(client, server.url + "/v1/chat/completions", timeout=10)
+    assert elapsed < DT + MARGIN and not timed_out, (elapsed, error)
+    if sent == whole:
+        assert error is None
+    elif client == "stream_request":  # the others take a body cut where no length was promised as whole
+        assert error, "a stream cut before its end is an error"
+
+
+# ------------------------------------------------------------------ the modules' deadlines (issue 24)
+
+
+@REAL_TIME
+@given(step=st.sampled_from(("/health", "/v1/models", "/v1/chat/completions")), framing=st.sampled_from(FRAMINGS),
+       kind=st.sampled_from(MISBEHAVIOURS), interval=st.floats(0.01, 0.2), health_timeout=st.sampled_from([0, 0.5]))
+def test_openai_smoke_fails_by_its_deadlines_whatever_a_step_does(capsys, step, framing, kind, interval, health_timeout):
+    """request_timeout 1 s; /health misbehaving uses up health_timeout and its one check of 1 s."""
+    bad = misbehaving(framing, kind, interval)
+
+    def scenario(request, sock, stop):
+        if request["path"] == step:
+            return bad(request, sock, stop)
+        return healthy_then(bad)(request, sock, stop)
+
+    with Misbehaving(scenario) as server:
+        url = server.url
+        (rc, result), elapsed = timed(lambda: run_module(capsys, {
+            "url": url, "model": "quasar", "request_timeout": 1, "health_timeout": health_timeout, "interval": 0.1}))
+    assert rc == 1 and result["failed"] and elapsed < 1 + health_timeout + MARGIN, (elapsed, result["msg"])
+    late = "no complete answer from %s%s within 1 s" % (url, step)
+    if step == "/health":
+        assert result["msg"].startswith("No healthy answer from %s/health within %g s (health_timeout): " % (
+            url, health_timeout)) and late in result["msg"], result["msg"]
+    else:
+        assert late in result["msg"] and result["msg"].endswith("; raise request_timeout (now 1 s) if the server "
+                                                                "is only slow"), result["msg"]
+
+
+def run_benchmark(capsys, args):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exc:
+            vllm_benchmark.main()
+    return exc.value.code, json.loads(capsys.readouterr().out)
+
+
+@REAL_TIME
+@given(framing=st.sampled_from(FRAMINGS), kind=st.sampled_from(MISBEHAVIOURS), interval=st.floats(0.01, 0.2),
+       tokens=st.integers(0, 2), warmup=st.booleans())
+def test_vllm_benchmark_fails_by_its_deadline_whatever_the_stream_does(capsys, framing, kind, interval, tokens, warmup):
+    with Misbehaving(misbehaving(framing, kind, interval, tokens)) as server:
+        url = server.url
+        (rc, result), elapsed = timed(lambda: run_benchmark(capsys, {
+            "url": url, "model": "quasar", "concurrency": [1], "runs": 1, "max_tokens": 4, "warmup": warmup,
+            "request_timeout": 1, "total_timeout": 60}))
+    assert rc == 1 and result["failed"] and elapsed < 1 + MARGIN, (elapsed, result["msg"])
+    assert "no complete answer from %s/v1/chat/completions within 1 s (%d token event(s) so far); raise " \
+           "request_timeout (now 1 s)" % (url, tokens) in result["msg"], result["msg"]
