@@ -98,8 +98,9 @@ options:
     type: str
   validate_timeout:
     description:
-      - Seconds O(validate) may run before it is stopped (SIGTERM, then SIGKILL 5 seconds later) and
-        the task fails with the file left untouched, from V(1) to V(3600).
+      - Seconds O(validate) may run before it is stopped (SIGTERM, then SIGKILL 5 seconds later, to
+        the command and every process it started that still holds its output) and the task fails
+        with the file left untouched, from V(1) to V(3600).
     type: int
     default: 60
     version_added: 0.1.0
@@ -184,9 +185,14 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
-from ansible_collections.labfleet.vllm.plugins.module_utils.clients._bounded import absurd_number, run_bounded
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients._bounded import (
+    absurd_number,
+    module_within_depth,
+    run_bounded,
+)
 from ansible_collections.labfleet.vllm.plugins.module_utils.formats._daemon_json import (
     MAX_BYTES,
+    MAX_DEPTH,
     DaemonJsonError,
     SettingsError,
     check_indent,
@@ -298,6 +304,8 @@ def validate_content(module, path, temp_path):
 
 
 INT_OPTIONS = ("indent", "validate_timeout")
+DEPTH_HINT = ("settings and remove[].value may nest at most %d levels (daemon.json's own keys nest at most 5): flatten "
+              "them; nothing was changed." % MAX_DEPTH)
 
 
 def argument_spec(int_type="int"):
@@ -322,10 +330,15 @@ def argument_spec(int_type="int"):
 
 
 def make_module():
-    """AnsibleModule, never a traceback. ansible-core raises for two numbers itself: OverflowError
-    converting an infinite float to int (``indent: .inf``), and ValueError logging an int of more
-    than 4300 digits (``indent: "1e5000"``). The options are then read again as given, and the task
-    fails naming the option."""
+    """AnsibleModule, never a traceback: options nested hundreds of levels deep fail naming the bound
+    (module_within_depth), and so do the numbers ansible-core raises for (see _make_module)."""
+    return module_within_depth(_make_module, "docker_daemon_config", DEPTH_HINT)
+
+
+def _make_module():
+    """ansible-core raises for two numbers itself: OverflowError converting an infinite float to int
+    (``indent: .inf``), and ValueError logging an int of more than 4300 digits (``indent: "1e5000"``).
+    The options are then read again as given, and the task fails naming the option."""
     try:
         return AnsibleModule(argument_spec=argument_spec(), add_file_common_args=True, supports_check_mode=True)
     except (OverflowError, ValueError):

@@ -75,11 +75,15 @@ answer:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients._bounded import module_within_depth
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._driver import run
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(request=dict(type="dict", required=True)), supports_check_mode=True)
+    module = module_within_depth(
+        lambda: AnsibleModule(argument_spec=dict(request=dict(type="dict", required=True)), supports_check_mode=True),
+        "nvidia_driver_plan", "a request holds strings, numbers and the plan's driver step (a few levels): pass the "
+                              "request the nvidia_driver role builds")
     module.exit_json(changed=False, answer=run(module.params["request"]))
 
 

@@ -67,7 +67,9 @@ options:
         container gets O(timeout) + 3 x O(probe_timeout) (its three steps are bounded inside the image).
       - A command still running then is stopped (SIGTERM, which C(docker run) passes to the container,
         then SIGKILL 5 seconds later; a probe or GPU check container left behind is removed with
-        C(docker rm -f)) and the task fails with a message naming the command and this option.
+        C(docker rm -f)) and the task fails with a message naming the command and this option. Every
+        process the command started that still holds its output is stopped with it, so a wrapper
+        that leaves a child running cannot keep the task waiting.
     type: int
     default: 120
     version_added: 0.1.0
@@ -262,7 +264,11 @@ import unicodedata
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.labfleet.vllm.plugins.module_utils.clients._bounded import absurd_number, run_bounded
+from ansible_collections.labfleet.vllm.plugins.module_utils.clients._bounded import (
+    absurd_number,
+    module_within_depth,
+    run_bounded,
+)
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes._image import (
     GPU_CHECK_SCRIPT,
     PROBE_SCRIPT,
@@ -493,10 +499,16 @@ def argument_spec(int_type="int"):
 
 
 def make_module():
-    """AnsibleModule, never a traceback. ansible-core raises for two numbers itself: OverflowError
-    converting an infinite float to int (``timeout: .inf``), and ValueError logging an int of more
-    than 4300 digits (``timeout: "1e5000"``). The options are then read again as given, and the
-    task fails naming the option."""
+    """AnsibleModule, never a traceback: options nested hundreds of levels deep fail naming the bound
+    (module_within_depth), and so do the numbers ansible-core raises for (see _make_module)."""
+    return module_within_depth(_make_module, "vllm_image_facts", "its options are strings, numbers and booleans: give "
+                                                                 "image as a reference such as vllm/vllm-openai:v0.8.5")
+
+
+def _make_module():
+    """ansible-core raises for two numbers itself: OverflowError converting an infinite float to int
+    (``timeout: .inf``), and ValueError logging an int of more than 4300 digits (``timeout: "1e5000"``).
+    The options are then read again as given, and the task fails naming the option."""
     try:
         return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     except (OverflowError, ValueError):

@@ -507,7 +507,8 @@ def dearmor(data):
     """Binary OpenPGP data from ASCII armor (or the input itself when it is not armored)."""
     text = data.decode("ascii", "replace") if isinstance(data, bytes) else data
     if "-----BEGIN PGP" not in text:
-        return data if isinstance(data, bytes) else data.encode("latin-1"), False
+        # Text that is not armored stands for its bytes; beyond Latin-1 it can be no binary key at all.
+        return data if isinstance(data, bytes) else data.encode("latin-1", "replace"), False
     body = text.split("-----BEGIN PGP", 1)[1]
     lines = body.splitlines()[1:]
     # Skip armor headers (up to the first empty line), stop at the checksum or END line.
@@ -531,42 +532,62 @@ def dearmor(data):
         raise DriverInputError("the repository key is ASCII-armored but its body is not valid base64")
 
 
+# The shortest public-key packet body of each version (RFC 9580 5.5.2): version, creation time and
+# algorithm (v4); v5/v6 add the four-octet length of the key material.
+_KEY_BODY_MIN = {4: 6, 5: 10, 6: 10}
+# A v4 fingerprint hashes the packet's length in two octets (RFC 4880 12.2): no v4 key is longer.
+_V4_BODY_MAX = 0xFFFF
+
+
+def _truncated(pos, need, size):
+    return DriverInputError("the repository key is truncated or not an OpenPGP key: the packet at byte %d needs "
+                            "%d more byte(s), the file ends after %d; download the key again" % (pos, need, size))
+
+
+def _take(data, pos, count, start):
+    """``data[pos:pos + count]``, or DriverInputError naming the packet at ``start`` when the file ends first."""
+    chunk = data[pos:pos + count]
+    if len(chunk) != count:
+        raise _truncated(start, pos + count - len(data), len(data))
+    return chunk
+
+
+def _packet_length(data, pos, header, start):
+    """(body length, body position) of the packet whose header octet is at ``start``."""
+    if header & 0x40:  # new format
+        first = _take(data, pos, 1, start)[0]
+        if first < 192:
+            return first, pos + 1
+        if first < 224:
+            return ((first - 192) << 8) + _take(data, pos + 1, 1, start)[0] + 192, pos + 2
+        if first == 255:
+            return int.from_bytes(_take(data, pos + 1, 4, start), "big"), pos + 5
+        raise DriverInputError("the repository key uses partial packet lengths, which keys never do")
+    kind = header & 0x03  # old format
+    if kind == 3:
+        return len(data) - pos, pos
+    width = (1, 2, 4)[kind]
+    return int.from_bytes(_take(data, pos, width, start), "big"), pos + width
+
+
 def _packets(data):
-    """(tag, body) for each OpenPGP packet of a binary key."""
+    """(tag, body) for each OpenPGP packet of a binary key; DriverInputError for a header that is not
+    one, or a packet cut short."""
     pos = 0
-    size = len(data)
-    while pos < size:
-        header = data[pos]
+    while pos < len(data):
+        start, header = pos, data[pos]
         if not header & 0x80:
             raise DriverInputError("the repository key is not an OpenPGP key (bad packet header at byte %d)" % pos)
-        pos += 1
-        if header & 0x40:  # new format
-            tag = header & 0x3F
-            if pos >= size:
-                break
-            first = data[pos]
-            if first < 192:
-                length, pos = first, pos + 1
-            elif first < 224:
-                length, pos = ((first - 192) << 8) + data[pos + 1] + 192, pos + 2
-            elif first == 255:
-                length, pos = int.from_bytes(data[pos + 1:pos + 5], "big"), pos + 5
-            else:
-                raise DriverInputError("the repository key uses partial packet lengths, which keys never do")
-        else:  # old format
-            tag = (header >> 2) & 0x0F
-            kind = header & 0x03
-            if kind == 3:
-                length = size - pos
-            else:
-                width = (1, 2, 4)[kind]
-                length = int.from_bytes(data[pos:pos + width], "big")
-                pos += width
-        body = data[pos:pos + length]
-        if len(body) != length:
-            raise DriverInputError("the repository key is truncated")
+        tag = header & 0x3F if header & 0x40 else (header >> 2) & 0x0F
+        length, pos = _packet_length(data, pos + 1, header, start)
+        body = _take(data, pos, length, start)
         pos += length
         yield tag, body
+
+
+def _invalid_key_packet(version, size, expected):
+    return DriverInputError("the repository key has an invalid key packet: a version %d public key of %d byte(s), "
+                            "expected %s; download the key again" % (version, size, expected))
 
 
 def key_fingerprints(data):
@@ -581,13 +602,17 @@ def key_fingerprints(data):
         if tag != 6 or not body:
             continue
         version = body[0]
+        if version not in _KEY_BODY_MIN:
+            raise DriverInputError("the repository key is an OpenPGP version %d key, which is not supported" % version)
+        if len(body) < _KEY_BODY_MIN[version]:
+            raise _invalid_key_packet(version, len(body), "at least %d" % _KEY_BODY_MIN[version])
         if version == 4:
+            if len(body) > _V4_BODY_MAX:
+                raise _invalid_key_packet(version, len(body), "at most %d" % _V4_BODY_MAX)
             digest = hashlib.sha1(b"\x99" + len(body).to_bytes(2, "big") + bytes(body)).hexdigest()
-        elif version in (5, 6):
+        else:
             prefix = b"\x9a" if version == 5 else b"\x9b"
             digest = hashlib.sha256(prefix + len(body).to_bytes(4, "big") + bytes(body)).hexdigest()
-        else:
-            raise DriverInputError("the repository key is an OpenPGP version %d key, which is not supported" % version)
         fingerprints.append(digest.upper())
     if not fingerprints:
         raise DriverInputError("the repository key file holds no OpenPGP public key")

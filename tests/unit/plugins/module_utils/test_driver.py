@@ -19,6 +19,7 @@ import os
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, example, given, settings as hsettings, strategies as st
 
 from ansible.module_utils.testing import patch_module_args
 
@@ -551,6 +552,80 @@ def test_check_key():
     assert "has fingerprint(s) %s, expected %s" % (TEST_KEY_FPR, NVIDIA_APT_FPR) in bad["msg"]
     broken = D.check_key(b"hello", NVIDIA_APT_FPR)
     assert not broken["ok"] and "not an OpenPGP key" in broken["msg"]
+
+
+# --- hostile repository keys (issue 24): check_key answers ok=false with a message, never raises ----
+
+KEY_HYPOTHESIS = dict(database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _new_format(data):
+    """The same packets with new-format headers (five-octet lengths, so any body fits)."""
+    out = bytearray()
+    for tag, body in D._packets(bytearray(data)):
+        out += bytes([0xC0 | tag, 255]) + len(body).to_bytes(4, "big") + bytes(body)
+    return bytes(out)
+
+
+def _answer(data):
+    """check_key's answer, and run()'s for the same bytes: both are dicts, neither raises."""
+    result = D.check_key(data, TEST_KEY_FPR)
+    assert set(result) == {"ok", "fingerprints", "armored", "msg"} and isinstance(result["msg"], str)
+    if result["ok"]:
+        assert result["fingerprints"] == [TEST_KEY_FPR]
+    raw = data if isinstance(data, bytes) else data.encode("utf-8")
+    answer = D.run({"command": "check_key", "content_b64": base64.b64encode(raw).decode(), "fingerprint": TEST_KEY_FPR})
+    assert answer.get("ok") is not True or answer["fingerprints"] == [TEST_KEY_FPR]
+    return result
+
+
+@hsettings(max_examples=300, **KEY_HYPOTHESIS)
+@given(data=st.one_of(st.binary(max_size=400), st.text(max_size=200),
+                      st.builds(lambda b: ("-----BEGIN PGP PUBLIC KEY BLOCK-----\n\n%s\n-----END PGP PUBLIC KEY BLOCK-----\n"
+                                           % base64.b64encode(b).decode()).encode(), st.binary(max_size=200))))
+@example(data=bytes([0xC6, 200]))                  # a two-octet new-format length cut after its first octet
+@example(data=u"\u20ac")                             # text that is no key, and no Latin-1 either
+def test_property_check_key_answers_any_bytes_without_raising(data):
+    assert not _answer(data)["ok"]
+
+
+@hsettings(max_examples=200, **KEY_HYPOTHESIS)
+@given(cut=st.integers(1, len(_binary_key()) - 1), new_format=st.booleans())
+@example(cut=1, new_format=False)
+@example(cut=2, new_format=True)
+def test_property_a_truncated_key_is_refused_as_truncated(cut, new_format):
+    key = _new_format(_binary_key()) if new_format else _binary_key()
+    ends, end = [], 0
+    for dummy, body in D._packets(bytearray(key)):   # where each packet ends: a cut there leaves whole packets
+        end = key.index(bytes(body), end) + len(body)
+        ends.append(end)
+    result = _answer(key[:cut])
+    if cut in ends:
+        assert result["ok"], result["msg"]
+    else:
+        assert not result["ok"] and "truncated" in result["msg"], result["msg"]
+
+
+@hsettings(max_examples=300, **KEY_HYPOTHESIS)
+@given(position=st.integers(0, len(_binary_key()) - 1), value=st.integers(0, 255), new_format=st.booleans())
+def test_property_a_mutated_key_is_answered_never_raised(position, value, new_format):
+    key = bytearray(_new_format(_binary_key()) if new_format else _binary_key())
+    key[position % len(key)] = value
+    _answer(bytes(key))
+
+
+@hsettings(max_examples=60, **KEY_HYPOTHESIS)
+@given(version=st.integers(0, 255), length=st.one_of(st.integers(0, 12), st.integers(65530, 70000)),
+       old_format=st.booleans())
+@example(version=4, length=70000, old_format=False)   # a v4 key packet longer than its two-octet fingerprint length
+@example(version=4, length=1, old_format=True)
+def test_property_key_packets_of_any_version_and_length_are_answered(version, length, old_format):
+    body = bytes([version]) + bytes(length)
+    header = bytes([0x9A]) + len(body).to_bytes(4, "big") if old_format else \
+        bytes([0xC6, 255]) + len(body).to_bytes(4, "big")
+    result = _answer(header + body)
+    assert not result["ok"]
+    assert "invalid key packet" in result["msg"] or "not supported" in result["msg"], result["msg"]
 
 
 @pytest.mark.parametrize("value", ["3BF863CC", "xyz", "", None])

@@ -38,7 +38,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.clients import _boun
 from ansible_collections.labfleet.vllm.plugins.module_utils.clients._bounded import KILL_GRACE
 from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _daemon_json as D
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes import _image as I
-from ansible_collections.labfleet.vllm.plugins.modules import docker_daemon_config, vllm_image_facts
+from ansible_collections.labfleet.vllm.plugins.modules import docker_daemon_config, nvidia_driver_plan, vllm_image_facts
 
 try:
     from unittest import mock
@@ -108,13 +108,25 @@ def time_limit(seconds):
         signal.signal(signal.SIGALRM, previous)
 
 
+@contextlib.contextmanager
+def module_args(args):
+    """The module's options: a dict (encoded the way the controller encodes them), or the JSON text the
+    module reads, as is: how to hand it options nested deeper than the encoder itself can go."""
+    if not isinstance(args, str):
+        with patch_module_args(args):
+            yield
+        return
+    with mock.patch.object(basic, "_ANSIBLE_ARGS", args.encode()), mock.patch.object(basic, "_ANSIBLE_PROFILE", "legacy"):
+        yield
+
+
 def call_module(module, args, seconds=20):
-    """Run ``module.main()`` with ``args``; (rc, result dict, elapsed s). The output must be one JSON
-    object without NaN/Infinity and without a traceback."""
+    """Run ``module.main()`` with ``args`` (a dict, or the options' JSON text); (rc, result dict, elapsed s).
+    The output must be one JSON object without NaN/Infinity and without a traceback."""
     out = io.StringIO()
     started = time.monotonic()
     with time_limit(seconds):
-        with patch_module_args(args):
+        with module_args(args):
             with contextlib.redirect_stdout(out):
                 with pytest.raises(SystemExit) as exc:
                     module.main()
@@ -1005,3 +1017,137 @@ def test_property_gpu_check_report_keeps_only_plain_fields(devices, ok):
     for device in verdict["devices"]:
         assert set(device) <= {"index", "name", "capability", "result", "ok", "error"}
     json.dumps(verdict, allow_nan=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 24: options nested hundreds or thousands of levels deep, in any of the older modules
+# ---------------------------------------------------------------------------------------------
+
+def nested_text(depth, kind):
+    """JSON text of ``depth`` nested objects ({"k": ...}) or arrays, around one string."""
+    if kind == "object":
+        return '{"k": ' * depth + '"leaf"' + "}" * depth
+    return "[" * depth + '"leaf"' + "]" * depth
+
+
+# (module, the options' JSON with %s where the nested value goes, what the message must name,
+#  the deepest nesting the module takes there, or None when it takes none at all).
+DEEP_OPTION_CASES = {
+    "docker_daemon_config settings": (docker_daemon_config, '"settings": {"x": %s}', "settings", D.MAX_DEPTH - 1),
+    "docker_daemon_config remove value": (docker_daemon_config, '"remove": [{"keys": ["x"], "value": %s}]', "remove",
+                                          D.MAX_DEPTH),
+    "vllm_image_facts image": (vllm_image_facts, '"image": %s, "docker_bin": "/nonexistent/docker"', "image", None),
+    "nvidia_driver_plan request": (nvidia_driver_plan, '"request": {"command": "check_key", "fingerprint": %s}',
+                                   "request", None),
+}
+
+
+@hsettings(max_examples=40, **HYPOTHESIS)
+@given(case=st.sampled_from(sorted(DEEP_OPTION_CASES)), depth=st.integers(1, 5000), kind=st.sampled_from(["object", "array"]))
+@example(case="docker_daemon_config settings", depth=500, kind="object")
+@example(case="docker_daemon_config settings", depth=3000, kind="object")
+@example(case="docker_daemon_config remove value", depth=700, kind="array")
+@example(case="nvidia_driver_plan request", depth=450, kind="object")
+@example(case="vllm_image_facts image", depth=2000, kind="array")
+def test_property_options_nested_at_any_depth_end_cleanly(tmp_path, case, depth, kind):
+    """However deep an option nests, the module answers with a result or a clean failure naming the
+    option and the bound, never a RecursionError (in its own code or in ansible-core's reading and
+    echoing of the options)."""
+    module, template, field, deepest = DEEP_OPTION_CASES[case]
+    work = fresh_dir(tmp_path)
+    conf = work / "daemon.json"
+    options = '"path": %s, "_ansible_tmpdir": %s, ' % (json.dumps(str(conf)), json.dumps(str(work))) \
+        if module is docker_daemon_config else ""
+    text = '{"ANSIBLE_MODULE_ARGS": {%s%s}}' % (options, template % nested_text(depth, kind))
+    rc, result, elapsed = call_module(module, text, 60)
+    if deepest is not None and depth <= deepest:
+        assert rc == 0 and result["changed"] == (field == "settings"), result.get("msg")
+        return
+    if module is nvidia_driver_plan and rc == 0:
+        assert depth <= 64 and "expected a full key fingerprint" in result["answer"]["error"]
+        return
+    assert rc == 1 and result["failed"] is True, result
+    assert field in result["msg"], result["msg"]
+    if module is vllm_image_facts:  # ansible-core hands a dict given as a string option over as its text
+        assert result["msg"].startswith(("image: ", "vllm_image_facts: an option nests")), result["msg"]
+    else:
+        assert "levels deep" in result["msg"], result["msg"]
+    assert not conf.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 24: a docker CLI that hangs, whichever command it is and however it hangs
+# ---------------------------------------------------------------------------------------------
+
+# How the fake docker hangs. The children of the last two keep printing: a command whose own process
+# is stopped (or ended at once) but whose children still hold its output open must be stopped too.
+HANG_WAYS = {
+    "sleeps": "exec sleep 60",
+    "waits for a child": "sleep 60",
+    "leaves a child printing": "(echo $$ > %(pid)s; while :; do echo x; sleep 0.2; done) &\nwait",
+    "ends at once, leaving a child printing": "(echo $$ > %(pid)s; while :; do echo x; sleep 0.2; done) &\nexit 0",
+}
+# Which command hangs: the case pattern of the fake docker, the options that make the module run it,
+# the command its message names, and how long it may run (LIMIT each, the probe LIMIT + 3 x LIMIT).
+HANGING_COMMANDS = {
+    "image inspect": ('"image inspect"', {}, "`docker image inspect`", LIMIT),
+    "probe": ('"run --rm"', {"probe": True}, "`docker run --rm` (the in-image probe", 4 * LIMIT),
+    "GPU check": ('"run --rm"', {"probe": False, "gpu_check": True}, "`docker run --rm` (the GPU check", LIMIT),
+    "registry read": ('"buildx imagetools"', {"registry_config": True}, "`docker buildx imagetools`", LIMIT),
+    "container removal": ('"rm -f"', {"probe": True}, "`docker run --rm` (the in-image probe", 4 * LIMIT + LIMIT),
+    "every command": ("*", {"probe": True, "registry_config": True}, "`docker image inspect`", LIMIT),
+}
+
+
+def hanging_docker(work, which, how):
+    """A docker whose ``which`` command hangs ``how``; the others answer at once: image inspect with the
+    fixture when the command that hangs needs the image (else "No such image"), run by hanging too when
+    the container removal is the one that hangs (else at once), rm -f at once."""
+    pattern = HANGING_COMMANDS[which][0]
+    hang = HANG_WAYS[how] % {"pid": work / "child.pid"}
+    inspect = work / "inspect.json"
+    inspect.write_text(fixture("inspect_vllm_v0.8.5.json"))
+    present = "cat %s" % inspect if which in ("probe", "GPU check", "container removal") else \
+        'echo "Error: No such image: x" >&2; exit 1'
+    run = "exec sleep 60" if which == "container removal" else 'echo "{}"'
+    branches = ['%s) %s;;' % (pattern, hang), '"image inspect") %s;;' % present, '"run --rm") %s;;' % run,
+                '"rm -f") echo "$3";;', '"buildx imagetools") echo "{}";;']
+    return fake_docker(work, 'case "$1 $2" in\n%s\nesac' % "\n".join(branches))
+
+
+def gone(pid_file, seconds=3):
+    """Whether the child whose pid is in ``pid_file`` (if any was started) has ended within ``seconds``."""
+    if not pid_file.exists():
+        return True
+    pid = int(pid_file.read_text().split()[0])
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    return False
+
+
+@hsettings(max_examples=12, **HYPOTHESIS)
+@given(which=st.sampled_from(sorted(HANGING_COMMANDS)), how=st.sampled_from(sorted(HANG_WAYS)))
+@example(which="image inspect", how="leaves a child printing")
+@example(which="every command", how="ends at once, leaving a child printing")
+@example(which="container removal", how="waits for a child")
+def test_property_a_docker_that_hangs_is_stopped_within_its_timeout(tmp_path, monkeypatch, which, how):
+    """Whichever docker command hangs, and however, the task fails within that command's limit (and the
+    container removal's) naming the command and the option to raise; no child of it is left running."""
+    monkeypatch.setattr(vllm_image_facts, "CLEANUP_TIMEOUT", LIMIT)
+    work = fresh_dir(tmp_path)
+    dummy, options, named, limit = HANGING_COMMANDS[which]
+    args = dict({"image": "vllm/vllm-openai:v0.8.5", "docker_bin": hanging_docker(work, which, how), "timeout": LIMIT,
+                 "probe_timeout": LIMIT, "probe": False}, **options)
+    rc, result, elapsed = call_module(vllm_image_facts, args, 30)
+    assert rc == 1, result
+    assert result["msg"].startswith("vllm_image_facts: %s" % named), result["msg"]
+    assert "did not finish within %d s and was stopped" % (4 * LIMIT if "probe" in named else LIMIT) in result["msg"]
+    assert "raise timeout" in result["msg"]
+    assert elapsed < limit + 2.5, elapsed
+    assert gone(work / "child.pid")
