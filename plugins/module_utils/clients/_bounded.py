@@ -187,7 +187,8 @@ def module_within_depth(build, name, hint, limit=OPTION_DEPTH_MAX):
             "%s: an option nests lists/dictionaries hundreds of levels deep or more, too deep for Ansible to read "
             "the task's options; %s" % (name, hint))}) + "\n")
         sys.stdout.flush()
-        sys.exit(1)
+        # No AnsibleModule could be built, so there is no fail_json to call: the JSON above is what it writes.
+        sys.exit(1)  # pylint: disable=ansible-bad-function
     where = deep_option(module.params, limit)
     if where:
         echo = dict((key, value if deep_option({key: value}, limit) is None else
