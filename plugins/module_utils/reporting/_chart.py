@@ -65,7 +65,7 @@ def _drawable(value, where, unit, scale=1.0):
         return None
     if abs(value) > MAX_FIGURE / scale:
         raise ChartError("%s is %s; the chart draws figures of at most %g %s: the document is damaged, benchmark "
-                         "again" % (where, "%g" % value if abs(value) < 1e300 else
+                         "again" % (where, "%g" % value if isinstance(value, float) or abs(value) < 1e300 else
                                     "an integer of %d bits" % value.bit_length(), MAX_FIGURE, unit))
     return float(value) * scale
 
@@ -100,8 +100,7 @@ def _check_document(document, where):
                          % (where, type(document).__name__))
     if len(document["levels"]) > MAX_LEVELS:
         raise ChartError("%s.levels has %d entries; a vllm_benchmark result has at most %d concurrency levels: "
-                         "chart a result of at most %d" % (where, len(document["levels"]), MAX_LEVELS, MAX_LEVELS,
-                                                          MAX_LEVELS))
+                         "chart a result of at most %d" % (where, len(document["levels"]), MAX_LEVELS, MAX_LEVELS))
     for index, level in enumerate(document["levels"]):
         conc = level.get("concurrency") if isinstance(level, dict) else None
         if isinstance(conc, int) and not isinstance(conc, bool) and conc > MAX_CONCURRENCY:

@@ -80,7 +80,7 @@ PATHS = [(), ("report_format",), ("mode",), ("hosts",), ("hosts", 0), ("hosts", 
          ("summary",), ("summary", "hosts"), ("summary", "by_outcome"), ("summary", "by_state"),
          ("summary", "allowed"), ("scrape_targets",), ("outcomes",),
          ("doctor",), ("doctor", "hosts"), ("doctor", "hosts", 0), ("doctor", "hosts", 0, "host"),
-         ("doctor", "hosts", 0, "findings"), ("doctor", "hosts", 0, "instances"), ("doctor", "summary"),
+         ("doctor", "hosts", 0, "instances"), ("doctor", "summary"),
          ("benchmark",), ("benchmark", "hosts"), ("benchmark", "hosts", 0), ("benchmark", "hosts", 0, "host"),
          ("benchmark", "hosts", 0, "instances"), ("benchmark", "hosts", 0, "instances", 0)]
 
@@ -93,7 +93,7 @@ def damage(document, path, junk, delete):
     for key in path[:-1]:
         parent = parent[key]
     if delete and isinstance(parent, dict):
-        del parent[path[-1]]
+        parent.pop(path[-1], None)
     else:
         parent[path[-1]] = junk
     return doc
