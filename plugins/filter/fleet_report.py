@@ -53,8 +53,9 @@ options:
       - The report document already on disk (the last rollout's). When given, the result is that document with
         this run's C(doctor) and C(benchmark) sections put in host by host (the read-only playbooks
         C(doctor.yml) and C(benchmark.yml) update the report this way); every host's outcome stays the last
-        rollout's. A document of another C(report_format), or a text that is not JSON, is replaced by this run's
-        report.
+        rollout's. A document of another C(report_format), a damaged one (a part the merge or the templates read
+        missing or of the wrong type) or a text that is not JSON is replaced by this run's report, with a warning
+        and C(previous_report) saying why.
     type: raw
 """
 
@@ -96,8 +97,12 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
+from ansible.utils.display import Display
 
 from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._report import build_report, merge_report
+
+
+display = Display()
 
 
 def fleet_report(records, mode="rollout", previous=None):
@@ -105,9 +110,13 @@ def fleet_report(records, mode="rollout", previous=None):
     with this run's doctor and benchmark sections merged in."""
     try:
         fresh = build_report(records, mode=mode)
-        return fresh if previous is None else merge_report(previous, fresh)
+        doc = fresh if previous is None else merge_report(previous, fresh)
     except ValueError as exc:
         raise AnsibleFilterError("labfleet.vllm.fleet_report: %s" % exc)
+    if doc.get("previous_report"):
+        display.warning("labfleet.vllm.fleet_report: %s; this run's report is written in its place "
+                        "(the last rollout's outcomes are not in it)" % doc["previous_report"])
+    return doc
 
 
 class FilterModule(object):

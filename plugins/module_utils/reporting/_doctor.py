@@ -48,6 +48,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.probes._gpu import P
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import first_version, require_cuda_enforcement
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes._image import classify_gpu_check
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._plan import arg_key
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._vllm_startup import expand_human_int
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
     TOOL_VERSIONS,
     TOOLKIT_PACKAGES,
@@ -253,9 +254,17 @@ _UNITS = {"bytes": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": GIB}
 # Flags that only tell the unit what to do (no value), as vllm serve takes them.
 _BOOL_FLAGS = ("enforce_eager", "disable_custom_all_reduce", "disable_log_stats", "enable_prefix_caching",
                "enable_chunked_prefill", "trust_remote_code")
-_NUMBER_FLAGS = {"gpu_memory_utilization": float, "max_num_seqs": int, "max_model_len": int,
-                 "tensor_parallel_size": int, "pipeline_parallel_size": int, "max_num_batched_tokens": int,
-                 "cpu_offload_gb": float}
+# The numeric flags the doctor reads: (type, lowest, highest), the gate's bounds (vllm.* in
+# _gate_inputs); gpu_memory_utilization must be above its lowest. A value outside them, or one that
+# is no number, is one vLLM refuses (or no host has): the checks that read it say so.
+_NUMBER_FLAGS = {"gpu_memory_utilization": (float, 0.0, 1.0), "max_num_seqs": (int, 1, 2 ** 31),
+                 "max_model_len": (int, 1, 2 ** 40), "tensor_parallel_size": (int, 1, 4096),
+                 "pipeline_parallel_size": (int, 1, 4096), "max_num_batched_tokens": (int, 1, 2 ** 40),
+                 "cpu_offload_gb": (float, 0.0, 1e6)}
+_INT_TEXT_RE = re.compile(r"^[0-9]{1,19}\Z", re.ASCII)
+_FLOAT_TEXT_RE = re.compile(r"^(?:[0-9]{1,19}\.?[0-9]{0,19}|\.[0-9]{1,19})(?:[eE][+-]?[0-9]{1,3})?\Z", re.ASCII)
+# The largest figure read from a journal line (GiB, tokens/s, a token count); a larger one is not read.
+_JOURNAL_LIMIT = 1e15
 _ENV_PREFIXES = ("NCCL_", "CUDA_", "VLLM_", "TORCH_", "NVIDIA_", "PYTORCH_")
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 _GATE_KEYS = ("gpus", "driver_version", "image", "model", "policy_overrides", "nvlink", "driver_library_mismatch",
@@ -342,9 +351,38 @@ def container_env(value):
                 if k.startswith(_ENV_PREFIXES) and not any(word in k.upper() for word in _SECRET_WORDS))
 
 
+def arg_number(key, value):
+    """The number of the numeric vLLM flag ``key`` (an _NUMBER_FLAGS key) from ``value`` (a number, or
+    the text of an argv: ASCII digits, max_model_len's "32k" form too), or None when vLLM would refuse
+    it or it is outside the gate's bounds."""
+    kind, lowest, highest = _NUMBER_FLAGS[key]
+    if isinstance(value, str):
+        text = value.strip()
+        if key == "max_model_len":
+            text = str(expand_human_int(text))
+        pattern = _INT_TEXT_RE if kind is int else _FLOAT_TEXT_RE
+        value = kind(text) if pattern.match(text) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            (isinstance(value, float) and (not math.isfinite(value) or (kind is int and value != int(value)))):
+        return None
+    if value < lowest or value > highest or (key == "gpu_memory_utilization" and value <= lowest):
+        return None
+    return kind(value)
+
+
+def expected_number(key):
+    """What vLLM takes for the numeric flag ``key``, in words."""
+    kind, lowest, highest = _NUMBER_FLAGS[key]
+    if kind is int:
+        return "an integer from %d to %d" % (lowest, highest)
+    return "a number %s %g and at most %g" % ("above" if key == "gpu_memory_utilization" else "from", lowest,
+                                                highest)
+
+
 def parse_vllm_argv(argv):
     """vLLM arguments (the part of the unit's command after the image) as a dict with underscored
-    names: numbers for the memory and parallelism flags, True for flags without a value."""
+    names: numbers for the memory and parallelism flags (their text when vLLM would refuse it, see
+    arg_number), True for flags without a value."""
     if isinstance(argv, str):
         argv = argv.split()
     args = {}
@@ -367,16 +405,8 @@ def parse_vllm_argv(argv):
             else:
                 args[key] = True
                 continue
-        kind = _NUMBER_FLAGS.get(key)
-        if kind is not None:
-            try:
-                number = kind(value)
-            except ValueError:
-                number = None
-            if number is not None and math.isfinite(number):
-                args[key] = number
-                continue
-        args[key] = value
+        number = arg_number(key, value) if key in _NUMBER_FLAGS else None
+        args[key] = value if number is None else number
     return args
 
 
@@ -386,8 +416,18 @@ def parse_gpu_list(text):
             for m in _SMI_L_RE.finditer(text or "")]
 
 
+def _journal_number(text):
+    """A figure of a journal line (digits and dots) as a float, or None when it does not parse or is beyond _JOURNAL_LIMIT."""
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number <= _JOURNAL_LIMIT else None
+
+
 def _bytes(number, unit):
-    return int(float(number) * _UNITS[unit])
+    number = _journal_number(number)
+    return None if number is None else int(number * _UNITS[unit])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,10 +455,11 @@ def classify_journal(text):
         if cudagraph is None and _CUDAGRAPH_RE.search(line):
             cudagraph = number
         match = _METRICS_RE.search(line)
-        if match:
-            metrics.append({"line": number, "prompt_tps": float(match.group(1)),
-                            "generation_tps": float(match.group(2)),
-                            "running": int(match.group(3)), "text": _clip(_JOURNAL_PREFIX_RE.sub("", line))})
+        figures = [_journal_number(match.group(n)) for n in (1, 2, 3)] if match else [None]
+        if None not in figures:
+            # A throughput line whose figures do not parse is not read as one.
+            metrics.append({"line": number, "prompt_tps": figures[0], "generation_tps": figures[1],
+                            "running": int(figures[2]), "text": _clip(_JOURNAL_PREFIX_RE.sub("", line))})
         for fault, pattern, _source in _FAULT_RES:
             if pattern.search(line):
                 faults.setdefault(fault, []).append({"line": number, "text": _clip(_JOURNAL_PREFIX_RE.sub("", line))})
@@ -1012,7 +1053,8 @@ def memory_fit(plan):
     plan = _mapping(plan)
     total = plan.get("gpu_memory_total_bytes")
     util = plan.get("gpu_memory_utilization")
-    if not isinstance(total, int) or not isinstance(util, (int, float)):
+    if isinstance(total, bool) or not isinstance(total, int) or not 0 < total < 2 ** 62 or \
+            isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
         return None
     reserve = _mapping(plan.get("reserve_model"))
     outside = sum(v for v in _mapping(reserve.get("outside_budget")).values() if isinstance(v, (int, float)))
@@ -1163,25 +1205,54 @@ def _outside_text(fit):
     return " + ".join(parts) or "nothing"
 
 
+_MEMORY_KEYS = ("gpu_memory_utilization", "max_num_seqs", "max_model_len", "tensor_parallel_size")
+
+
 def _instance_args(instance, deployed):
     """The vLLM arguments in force: the plan's, or the running unit's (``deployed``, from
-    parse_vllm_argv) where given, with what differs. A memory flag the unit does not pass takes
-    vLLM's default (None here); a switch it does not pass is off."""
+    parse_vllm_argv) where given, with what differs, and those vLLM would refuse. A memory flag the
+    unit does not pass takes vLLM's default (None here); a switch it does not pass is off.
+
+    Returns (args, drift, refused): a memory or parallelism value vLLM refuses (arg_number) is None
+    in ``args`` and in ``refused`` {key: (its text, where it comes from)}."""
     args = dict(_mapping(_mapping(instance).get("vllm_args")))
     drift = {}
-    if deployed is None:
-        return args, drift
-    for key in ("gpu_memory_utilization", "max_num_seqs", "max_model_len", "tensor_parallel_size"):
-        value = deployed.get(key)
-        if args.get(key) != value:
-            drift[key] = [args.get(key), value]
-        args[key] = value
-    for key in ("enforce_eager", "disable_custom_all_reduce", "disable_log_stats"):
-        value = bool(deployed.get(key))
-        if bool(args.get(key)) != value:
-            drift[key] = [bool(args.get(key)), value]
-        args[key] = value
-    return args, drift
+    origin = "the plan's vllm_args"
+    if deployed is not None:
+        origin = "the running unit's arguments"
+        for key in _MEMORY_KEYS:
+            value = deployed.get(key)
+            if args.get(key) != value:
+                drift[key] = [args.get(key), value]
+            args[key] = value
+        for key in ("enforce_eager", "disable_custom_all_reduce", "disable_log_stats"):
+            value = bool(deployed.get(key))
+            if bool(args.get(key)) != value:
+                drift[key] = [bool(args.get(key)), value]
+            args[key] = value
+    refused = {}
+    for key in _MEMORY_KEYS:
+        if args.get(key) is not None:
+            number = arg_number(key, args[key])
+            if number is None:
+                refused[key] = (_clip(args[key], 60), origin)
+            args[key] = number
+    return args, drift, refused
+
+
+def _refused_args(check, refused, keys, evidence, sources):
+    """The finding of ``check`` when an argument it reads (``keys``) is one vLLM refuses, else None."""
+    named = [key for key in keys if key in refused]
+    if not named:
+        return None
+    evidence["refused_args"] = dict((key, refused[key][0]) for key in named)
+    cause = "; ".join("%s passes --%s %r, and vLLM takes %s there" % (
+        refused[key][1][0].upper() + refused[key][1][1:], key.replace("_", "-"), refused[key][0],
+        expected_number(key)) for key in named)
+    fix = ("set %s in preflight_deployment.vllm_args to what vLLM takes (%s) and deploy again (site.yml); the unit's "
+           "own arguments: `systemctl cat <vllm unit>`" % (" and ".join(named), "; ".join(
+               "%s: %s" % (key, expected_number(key)) for key in named)))
+    return finding(check, "problem", cause + ": the server cannot start with it.", fix, evidence, sources)
 
 
 def _oom_kind(journal, oom_line):
@@ -1215,7 +1286,7 @@ def check_out_of_memory(instance=None, journal=None, deployed_args=None, gate_in
     instance = _mapping(instance)
     journal = journal if isinstance(journal, dict) or journal is None else classify_journal(journal)
     plan = _mapping(instance.get("memory_plan"))
-    args, drift = _instance_args(instance, deployed_args)
+    args, drift, refused = _instance_args(instance, deployed_args)
     sources = ["memory_plan"]
     evidence = {"instance": instance.get("name"), "args": dict((k, args.get(k)) for k in
                                                                ("gpu_memory_utilization", "max_num_seqs",
@@ -1225,6 +1296,9 @@ def check_out_of_memory(instance=None, journal=None, deployed_args=None, gate_in
     if _mapping(nvidia).get("state") == "no_gpu":
         return finding("out_of_memory", "not_applicable", "No NVIDIA GPU on this host (gpu_facts: no_gpu).", "",
                        evidence, sources)
+    bad = _refused_args("out_of_memory", refused, _MEMORY_KEYS, evidence, sources)
+    if bad:
+        return bad
     oom_line = _first_line(journal, OOM_FAULTS)
     if oom_line:
         evidence["journal_line"] = oom_line["text"]
@@ -1271,10 +1345,11 @@ def check_out_of_memory(instance=None, journal=None, deployed_args=None, gate_in
         if kind == "load" and fit["load_ok"]:
             # The model says it fits and it still ran out: ask for more room than now.
             tried = _TRIED_RE.search(oom_line["text"])
-            shortfall = _bytes(tried.group(1), tried.group(2)) if tried else 0
+            shortfall = (_bytes(tried.group(1), tried.group(2)) if tried else 0) or 0
             free = _FREE_RE.search(oom_line["text"])
-            if tried and free:
-                shortfall -= _bytes(free.group(1) or free.group(3), free.group(2) or free.group(4))
+            free_bytes = _bytes(free.group(1) or free.group(3), free.group(2) or free.group(4)) if free else None
+            if shortfall and free_bytes is not None:
+                shortfall -= free_bytes
             required = fit["spare"] + max(shortfall, int(0.02 * fit["total"]))
     elif plan.get("fits_one_sequence") is False or any(
             _mapping(r).get("code") == "INSUFFICIENT_VRAM" for r in instance.get("reasons") or []):
@@ -1301,7 +1376,8 @@ def check_out_of_memory(instance=None, journal=None, deployed_args=None, gate_in
         free_bytes = None
         if kind == "free_memory":
             match = _FREE_MEMORY_RE.search(oom_line["text"])
-            free_bytes = int(float(match.group(1)) * GIB) - fit["outside"] if match else None
+            free_gib = _journal_number(match.group(1)) if match else None
+            free_bytes = int(free_gib * GIB) - fit["outside"] if free_gib is not None else None
         suggestion = suggest_memory_settings(gate_inputs, args, kind, required_spare=required, free_bytes=free_bytes)
     if oom_line:
         when = "under load (after the server started)" if under_load else "at startup"
@@ -1318,8 +1394,8 @@ def check_out_of_memory(instance=None, journal=None, deployed_args=None, gate_in
         sources.append("oom_cudagraph")
     fixes = []
     match = _MAX_LEN_RE.search(oom_line["text"]) if oom_line else None
-    if match:
-        limit = int(match.group(2) or match.group(3))
+    limit = arg_number("max_model_len", match.group(2) or match.group(3)) if match else None
+    if limit:
         fixes.append("max_model_len %d or less (vLLM's own estimate of what the KV cache holds)" % limit)
     if suggestion:
         fixes.append(_describe_suggestion(suggestion, args))
@@ -1415,8 +1491,8 @@ def check_tensor_parallel_pcie(instance=None, nvidia=None, journal=None, topo_ma
     shared-memory broadcast waits, or a server that stopped producing tokens)."""
     instance = _mapping(instance)
     journal = journal if isinstance(journal, dict) or journal is None else classify_journal(journal)
-    args, _drift = _instance_args(instance, deployed_args)
-    tp = int(args.get("tensor_parallel_size") or 1)
+    args, _drift, refused = _instance_args(instance, deployed_args)
+    tp = args.get("tensor_parallel_size") or 1
     env = container_env(env)
     nccl = dict((k, v) for k, v in env.items() if k.startswith("NCCL_"))
     indices = list(instance.get("gpu_indices") or [])[:tp] or list(range(tp))
@@ -1426,6 +1502,9 @@ def check_tensor_parallel_pcie(instance=None, nvidia=None, journal=None, topo_ma
     if _mapping(nvidia).get("state") == "no_gpu":
         return finding("tensor_parallel_pcie", "not_applicable", "No NVIDIA GPU on this host (gpu_facts: no_gpu).", "",
                        evidence, sources)
+    bad = _refused_args("tensor_parallel_pcie", refused, ["tensor_parallel_size"], evidence, sources)
+    if bad:
+        return bad
     if not args:
         return finding("tensor_parallel_pcie", "unknown", "The instance's vLLM arguments are not known.",
                        "collect: the deploy_gate plan (preflight_verdict.instances[]) or the running unit's "

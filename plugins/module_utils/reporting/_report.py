@@ -508,30 +508,87 @@ def merge_report(previous, fresh):
     ``previous`` is not a report of this format, ``fresh`` is the report (and says why)."""
     if not isinstance(fresh, dict):
         raise ValueError("fresh must be a report document")
+    if previous is None:
+        return dict(fresh)
     if isinstance(previous, (str, bytes)):
         try:
             previous = json.loads(previous)
         except ValueError:
-            out = dict(fresh)
-            out["previous_report"] = "the report on disk is not JSON, so it was replaced"
-            return out
-    if not isinstance(previous, dict) or previous.get("report_format") != REPORT_FORMAT \
-            or not isinstance(previous.get("hosts"), list):
-        out = dict(fresh)
-        if previous is not None:
-            out["previous_report"] = ("the report on disk is not a report_format %d document, so it was replaced"
-                                      % REPORT_FORMAT)
-        return out
+            return dict(fresh, previous_report="the report on disk is not JSON, so it was replaced")
+    damage = report_damage(previous)
+    if damage:
+        return dict(fresh, previous_report="the report on disk %s, so it was replaced" % damage)
     out = dict(previous)
     out.pop("previous_report", None)
     for key in SECTIONS:
         if not isinstance(fresh.get(key), dict):
             continue
-        old = previous.get(key) if isinstance(previous.get(key), dict) else {}
-        hosts = dict((_text(h.get("host")), h) for h in old.get("hosts") or [] if isinstance(h, dict))
+        old = previous.get(key) or {"hosts": []}
+        hosts = dict((h["host"], h) for h in old["hosts"])
         hosts.update((h["host"], h) for h in fresh[key]["hosts"])
         out[key] = _section_doc(key, list(hosts.values()))
     return out
+
+
+def _list_of_dicts(value, optional=True):
+    return (optional and value is None) or (isinstance(value, list) and all(isinstance(v, dict) for v in value))
+
+
+def _host_damage(entry):
+    """What is wrong with one host entry of a report document, or None."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("host"), str) or not entry["host"]:
+        return "is not a mapping with a host name"
+    if entry.get("outcome") not in OUTCOME_NAMES or not isinstance(entry.get("outcome_detail"), str) \
+            or "state" not in entry:
+        return "has no outcome, outcome_detail or state"
+    rollout = entry.get("rollout")
+    if not isinstance(rollout, dict) or not all(k in rollout and isinstance(rollout[k], (dict, type(None)))
+                                                for k in ("driver", "runtime", "server", "exporter")):
+        return "has no rollout record"
+    if not all(k in entry and isinstance(entry[k], (dict, type(None))) for k in ("rollout_status", "serving",
+                                                                                  "failure")) \
+            or not _list_of_dicts(entry.get("reasons")) or not _list_of_dicts(entry.get("warnings")):
+        return "has a malformed rollout_status, serving, failure, reasons or warnings"
+    return None
+
+
+def _section_damage(key, section):
+    """What is wrong with a doctor or benchmark section of a report document, or None."""
+    if section is None:
+        return None
+    if not isinstance(section, dict) or not _list_of_dicts(section.get("hosts"), optional=False):
+        return "is not a mapping with a list of hosts"
+    for index, entry in enumerate(section["hosts"]):
+        if not isinstance(entry.get("host"), str) or not entry["host"]:
+            return "hosts[%d] has no host name" % index
+        if not _list_of_dicts(entry.get("instances")):
+            return "hosts[%d].instances is not a list of mappings" % index
+    return None
+
+
+def report_damage(previous):
+    """Why ``previous`` (a report document read back from disk) cannot be updated - another
+    report_format, or a part that the merge or the templates read missing or of the wrong type - or
+    None when it can."""
+    if not isinstance(previous, dict) or previous.get("report_format") != REPORT_FORMAT \
+            or not isinstance(previous.get("hosts"), list):
+        return "is not a report_format %d document" % REPORT_FORMAT
+    summary = previous.get("summary")
+    if previous.get("mode") not in MODES or not isinstance(previous.get("outcomes"), list) \
+            or not isinstance(summary, dict) or not isinstance(summary.get("hosts"), int) \
+            or not all(isinstance(summary.get(k), dict) for k in ("by_outcome", "by_state")) \
+            or not all(isinstance(summary.get(k), list) for k in ("allowed", "refused")) \
+            or not isinstance(previous.get("scrape_targets", {}), dict):
+        return "is damaged (mode, outcomes, summary or scrape_targets)"
+    for index, entry in enumerate(previous["hosts"]):
+        problem = _host_damage(entry)
+        if problem:
+            return "is damaged (hosts[%d] %s)" % (index, problem)
+    for key in SECTIONS:
+        problem = _section_damage(key, previous.get(key))
+        if problem:
+            return "is damaged (%s: %s)" % (key, problem)
+    return None
 
 
 def build_report(records, mode="rollout", collection="labfleet.vllm"):
