@@ -31,7 +31,7 @@ pytest.importorskip("matplotlib.pyplot")
 # Each drawing takes about half a second: few examples for the properties that draw.
 DRAWS = dict(max_examples=12, deadline=None, database=None,
              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-REFUSALS = dict(max_examples=60, deadline=None, database=None,
+REFUSALS = dict(max_examples=20, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 # Where a figure sits in a level (metric, statistic), the roofline's bound aside.
 FIGURES = [("ttft_s", "p50"), ("ttft_s", "p90"), ("request_tok_s", "p50"), ("aggregate_tok_s", "level")]
