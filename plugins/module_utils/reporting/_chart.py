@@ -137,9 +137,8 @@ def series(instances):
         base = _check_document(item.get("baseline") or None, "instances[%d].baseline" % index)
         for document, style in ((now, "now"), (base, "baseline")):
             if document is not None:
-                levels.update(_add_lines(panels, document, "instances[%d].%s" % (index, "benchmark" if style == "now"
-                                                                                   else "baseline"),
-                                         name, colour, style))
+                part = "benchmark" if style == "now" else "baseline"
+                levels.update(_add_lines(panels, document, "instances[%d].%s" % (index, part), name, colour, style))
         roof = _roofline(now.get("roofline"), "instances[%d].benchmark.roofline" % index, name, colour)
         if roof:
             panels[1]["rooflines"].append(roof)

@@ -375,8 +375,8 @@ def expected_number(key):
     kind, lowest, highest = _NUMBER_FLAGS[key]
     if kind is int:
         return "an integer from %d to %d" % (lowest, highest)
-    return "a number %s %g and at most %g" % ("above" if key == "gpu_memory_utilization" else "from", lowest,
-                                                highest)
+    side = "above" if key == "gpu_memory_utilization" else "from"
+    return "a number %s %g and at most %g" % (side, lowest, highest)
 
 
 def parse_vllm_argv(argv):
@@ -1396,7 +1396,7 @@ def check_out_of_memory(instance=None, journal=None, deployed_args=None, gate_in
     match = _MAX_LEN_RE.search(oom_line["text"]) if oom_line else None
     limit = arg_number("max_model_len", match.group(2) or match.group(3)) if match else None
     if limit:
-        fixes.append("max_model_len %d or less (vLLM's own estimate of what the KV cache holds)" % limit)
+        fixes.append("max_model_len %s or less (vLLM's own estimate of what the KV cache holds)" % int(limit))
     if suggestion:
         fixes.append(_describe_suggestion(suggestion, args))
         evidence["suggested"] = suggestion["args"]

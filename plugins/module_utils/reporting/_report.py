@@ -545,8 +545,8 @@ def _host_damage(entry):
     if not isinstance(rollout, dict) or not all(k in rollout and isinstance(rollout[k], (dict, type(None)))
                                                 for k in ("driver", "runtime", "server", "exporter")):
         return "has no rollout record"
-    if not all(k in entry and isinstance(entry[k], (dict, type(None))) for k in ("rollout_status", "serving",
-                                                                                  "failure")) \
+    parts = ("rollout_status", "serving", "failure")
+    if not all(k in entry and isinstance(entry[k], (dict, type(None))) for k in parts) \
             or not _list_of_dicts(entry.get("reasons")) or not _list_of_dicts(entry.get("warnings")):
         return "has a malformed rollout_status, serving, failure, reasons or warnings"
     return None

@@ -50,7 +50,13 @@ NOT_A_COUNT = st.one_of(
 )
 
 
-def diagnose(argv=None, journal=None, verdict=PLAN, gate_inputs=True):
+# diagnose()'s verdict when none is given (None is a verdict of its own: a host without a plan).
+_THE_PLAN = "the plan"
+
+
+def diagnose(argv=None, journal=None, verdict=_THE_PLAN, gate_inputs=True):
+    if verdict is _THE_PLAN:
+        verdict = PLAN
     raw = TD.healthy_raw(PLAN)
     if argv is not None:
         raw["deployed_argv"] = argv
@@ -67,8 +73,8 @@ def diagnose(argv=None, journal=None, verdict=PLAN, gate_inputs=True):
     return result
 
 
-def with_flag(flag, value, argv=ARGV):
-    argv = list(argv)
+def with_flag(flag, value, argv=None):
+    argv = list(ARGV if argv is None else argv)
     if flag in argv:
         argv[argv.index(flag) + 1] = value
     else:

@@ -20,7 +20,6 @@ import time
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from ansible_collections.labfleet.vllm.plugins.module_utils.reporting import _chart as C
 from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._bench import MAX_CONCURRENCY, MAX_LEVELS
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
