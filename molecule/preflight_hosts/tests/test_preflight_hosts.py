@@ -39,6 +39,12 @@ EXPECT = {
         "msg_regex": r"(?i)0000:3B:00.0.*lost|lost.*0000:3B:00.0",
         "verdict": "refused", "reasons": ["GPU_LOST"], "plan_regex": None,
     },
+    # F8: the GPUs of preflight-v100, its model with one shard deleted: refused for the model alone.
+    "preflight-shard": {
+        "state": "ok", "present": True, "count": 2, "cc": ["7.0"], "nvlink": False,
+        "msg_regex": r"2 NVIDIA GPU",
+        "verdict": "refused", "reasons": ["MODEL_INCOMPLETE"], "plan_regex": None,
+    },
 }
 
 
@@ -92,6 +98,30 @@ def test_mismatch_refused_with_both_versions(host, call_module, fleet_report, re
     assert re.search(r"(?m)^\| %s \| refused \| driver_library_mismatch \|" % re.escape(MISMATCH_HOST), markdown), markdown
     assert MISMATCH_MODULE in markdown and MISMATCH_LIBRARY in markdown, markdown
     # No deploy (test_preflight_changed_nothing_on_the_host checks the directories of every host).
+    assert not host.file("/etc/systemd/system/vllm.service").exists
+    assert not host.file("/etc/vllm").exists
+
+
+# F8 (docs/testing.md, fault table): the shard prepare deleted from the model preflight-shard was given.
+SHARD_HOST, MODEL_DIR, SHARD = "preflight-shard", "/srv/models/model", "model-00002-of-00002.safetensors"
+
+
+def test_incomplete_model_refused_naming_the_shard(host, fleet_report, report_entry):
+    """F8: the index still names the deleted shard; the gate refuses the host with MODEL_INCOMPLETE
+    naming it (and nothing else: its GPUs are fine), the report says so, and nothing was deployed."""
+    if host.backend.get_hostname() != SHARD_HOST:
+        pytest.skip("the missing shard is injected on %s only" % SHARD_HOST)
+    # The injection is real: the index names the shard and the shard is gone.
+    assert SHARD in host.file(MODEL_DIR + "/model.safetensors.index.json").content_string
+    assert not host.file("%s/%s" % (MODEL_DIR, SHARD)).exists
+    report, markdown = fleet_report
+    entry = report_entry(report, SHARD_HOST)
+    assert entry["verdict"] == "refused" and entry["outcome"] == "refused", entry
+    reasons = dict((reason["code"], reason["message"]) for reason in entry["reasons"])
+    assert sorted(reasons) == ["MODEL_INCOMPLETE"], entry["reasons"]
+    assert SHARD in reasons["MODEL_INCOMPLETE"] and "missing" in reasons["MODEL_INCOMPLETE"], reasons
+    assert SHARD_HOST in report["summary"]["refused"], report["summary"]
+    assert "reason `MODEL_INCOMPLETE`" in markdown and SHARD in markdown, markdown
     assert not host.file("/etc/systemd/system/vllm.service").exists
     assert not host.file("/etc/vllm").exists
 
