@@ -164,13 +164,16 @@ def run_playbook(inventory_file):
 
     For checks that need one of the collection's roles (a role run with inputs it must refuse):
     the playbook only runs the role, and the test asserts on the failed task's message.
-    ``check=True`` runs it in check mode (--check), e.g. to show a converged host needs no change.
+    ``check=True`` runs it in check mode (--check), e.g. to show a converged host needs no change;
+    ``skip_tags`` (a list) leaves out the tasks so tagged (--skip-tags), e.g. roles a scenario has not set up.
     """
 
-    def _run(playbook, extra_vars=None, limit=None, check=False):
+    def _run(playbook, extra_vars=None, limit=None, check=False, skip_tags=None):
         cmd = ["ansible-playbook", "-i", inventory_file, playbook]
         if check:
             cmd.append("--check")
+        if skip_tags:
+            cmd += ["--skip-tags", ",".join(skip_tags)]
         if extra_vars:
             cmd += ["--extra-vars", json.dumps(extra_vars)]
         if limit:

@@ -40,6 +40,8 @@ description:
     V(COMPUTE_CAPABILITY_TOO_LOW) a GPU is below vLLM's minimum compute capability (7.0; 7.5 from vLLM 0.20)
     or the policy's C(policy.min_compute_capability);
     V(HETEROGENEOUS_GPUS) GPUs of different compute capabilities on one host;
+    V(MODEL_INCOMPLETE) a file of the model directory is missing or malformed (C(model.unreadable): a shard
+    that C(model.safetensors.index.json) names, C(config.json), a safetensors header);
     V(DRIVER_LIBRARY_MISMATCH) the kernel module and the driver libraries differ (reboot needed);
     V(DRIVER_BRANCH_UNSUPPORTED_FOR_ARCH) the driver branch does not drive the GPU architecture
     (R590 and newer drop Maxwell, Pascal and Volta; R470 is the last for Kepler);
@@ -207,7 +209,9 @@ options:
         C(torch_dtype) (str, V(bfloat16)). C(num_attention_heads) and C(hidden_size) are used when
         C(num_key_value_heads) or C(head_dim) are missing. C(quant_bits), C(quant_group_size), C(quant_sym),
         C(quant_desc_act) and C(quant_zero_point) decide whether the release serves a GPTQ or AWQ checkpoint
-        with its Marlin kernels (which take bfloat16); C(model_type) decides its C(dtype=auto) rule."
+        with its Marlin kernels (which take bfloat16); C(model_type) decides its C(dtype=auto) rule.
+        C(unreadable) (str): M(labfleet.vllm.model_facts) failed on the directory, with this message (it names
+        the file); it gives the reason V(MODEL_INCOMPLETE)."
       - Without C(weight_bytes) the weights are estimated as C(param_count) x the dtype's bytes (or the
         quantization method's bytes per parameter, warning V(WEIGHTS_ESTIMATED)).
     type: dict

@@ -28,7 +28,7 @@ on the CPU. ``--vocab N`` replaces the preset's vocabulary size (to match a toke
 
     make_model.py DIR [--preset llama-3.1-8b|llama-3.1-70b|tiny-llama|tiny-llama-128]
                       [--torch-dtype float16|bfloat16] [--quant-config JSON]
-                      [--nvfp4 modelopt | --random] [--seed N] [--vocab N]
+                      [--nvfp4 modelopt | --random] [--seed N] [--vocab N] [--shards N]
 """
 
 import argparse
@@ -99,6 +99,21 @@ def write_safetensors(path, specs, dtype="F16", width=2):
     with open(path, "wb") as handle:
         handle.write(struct.pack("<Q", len(raw)) + raw)
     os.truncate(path, 8 + len(raw) + offset)   # the data area stays a sparse hole
+    return offset
+
+
+def write_sparse_shards(directory, specs, shards):
+    """The sparse weights in ``shards`` files model-0000i-of-0000n.safetensors (consecutive tensors,
+    about as many in each) and the model.safetensors.index.json that names them."""
+    weight_map, total_size = {}, 0
+    per = -(-len(specs) // shards)
+    for index in range(shards):
+        shard = "model-%05d-of-%05d.safetensors" % (index + 1, shards)
+        part = specs[index * per:(index + 1) * per]
+        total_size += write_safetensors(os.path.join(directory, shard), part)
+        weight_map.update((name, shard) for name, _shape in part)
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as handle:
+        json.dump({"metadata": {"total_size": total_size}, "weight_map": weight_map}, handle, indent=2, sort_keys=True)
 
 
 # --nvfp4 modelopt: a real checkpoint ------------------------------------------------------------
@@ -247,7 +262,12 @@ def main():
                         help="write real random BF16 weights (tiny presets) instead of sparse zeros")
     parser.add_argument("--seed", type=int, default=20260101, help="random seed of the --nvfp4 / --random data")
     parser.add_argument("--vocab", type=int, default=None, help="vocabulary size instead of the preset's")
+    parser.add_argument("--shards", type=int, default=1,
+                        help="sparse weights in this many shards with a model.safetensors.index.json (default 1: "
+                             "one model.safetensors)")
     args = parser.parse_args()
+    if not 1 <= args.shards <= 99 or (args.shards > 1 and (args.nvfp4 or args.random)):
+        parser.error("--shards must be from 1 to 99, and goes with the sparse weights only")
     if args.nvfp4 and args.random:
         parser.error("--nvfp4 and --random exclude each other")
     p = dict(PRESETS[args.preset])
@@ -271,6 +291,8 @@ def main():
             json.dump(json.loads(args.quant_config), handle, indent=2)
     if args.random:
         write_random(args.dir, p, args.seed)
+    elif args.shards > 1:
+        write_sparse_shards(args.dir, list(tensors(p)), args.shards)
     elif not args.nvfp4:
         write_safetensors(os.path.join(args.dir, "model.safetensors"), list(tensors(p)))
 

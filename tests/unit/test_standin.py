@@ -421,6 +421,13 @@ def test_knobs_start_delay_and_exit_after(start):
     assert "exiting with status 0" in server.log.read_text()
 
 
+def test_knob_exit_code(start):
+    # STANDIN_EXIT_CODE: the status STANDIN_EXIT_AFTER exits with (the 2-exit1 image: a crashed server, F1).
+    server = start(env={"STANDIN_START_DELAY": "5", "STANDIN_EXIT_AFTER": "0.5", "STANDIN_EXIT_CODE": "1"}, wait=False)
+    assert server.process.wait(10) == 1
+    assert "exiting with status 1" in server.log.read_text()
+
+
 def test_knobs_unknown_flag_exits_2_and_nvfp4_is_refused(start, tmp_path):
     server = start(args=["--no-such-flag"], wait=False)
     assert server.process.wait(10) == 2

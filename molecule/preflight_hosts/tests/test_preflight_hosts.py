@@ -39,6 +39,12 @@ EXPECT = {
         "msg_regex": r"(?i)0000:3B:00.0.*lost|lost.*0000:3B:00.0",
         "verdict": "refused", "reasons": ["GPU_LOST"], "plan_regex": None,
     },
+    # F8: the GPUs of preflight-v100, its model with one shard deleted: refused for the model alone.
+    "preflight-shard": {
+        "state": "ok", "present": True, "count": 2, "cc": ["7.0"], "nvlink": False,
+        "msg_regex": r"2 NVIDIA GPU",
+        "verdict": "refused", "reasons": ["MODEL_INCOMPLETE"], "plan_regex": None,
+    },
 }
 
 
@@ -64,6 +70,60 @@ def test_probe_reads_the_fake_gpu_without_changes(host, call_module):
     assert _unique(gpu["compute_capability"] for gpu in facts["gpus"]) == exp["cc"], facts
     assert facts["nvlink"] is exp["nvlink"], facts
     assert re.search(exp["msg_regex"], facts["msg"]), facts["msg"]
+
+
+# F5 (docs/testing.md, fault table): the kernel module still loaded (the scenario's proc-version, mounted
+# at /proc/driver/nvidia/version) is 550.54.14, the library nvidia-smi reports is 550.90.
+MISMATCH_HOST, MISMATCH_MODULE, MISMATCH_LIBRARY = "preflight-mismatch", "550.54.14", "550.90"
+
+
+def test_mismatch_refused_with_both_versions(host, call_module, fleet_report, report_entry):
+    """F5: the probe and the report name the loaded module's version and the library's, the gate refuses
+    with DRIVER_LIBRARY_MISMATCH, and the Markdown report lists the host as refused."""
+    if host.backend.get_hostname() != MISMATCH_HOST:
+        pytest.skip("the driver/library mismatch is injected on %s only" % MISMATCH_HOST)
+    facts = call_module("labfleet.vllm.gpu_facts", {}, check=True)["ansible_facts"]["nvidia"]
+    assert (facts["kernel_module_version"], facts["library_version"]) == (MISMATCH_MODULE, MISMATCH_LIBRARY), facts
+    assert facts["driver_library_mismatch"] is True, facts
+    report, markdown = fleet_report
+    entry = report_entry(report, MISMATCH_HOST)
+    assert entry["kernel_module_version"] == MISMATCH_MODULE, entry
+    assert entry["driver_library_mismatch"] is True, entry
+    assert re.search(r"kernel module \(%s\) and the user-space driver library \(%s\) do not match"
+                     % (re.escape(MISMATCH_MODULE), re.escape(MISMATCH_LIBRARY)), entry["msg"]), entry["msg"]
+    assert entry["verdict"] == "refused", entry
+    assert "DRIVER_LIBRARY_MISMATCH" in [reason["code"] for reason in entry["reasons"]], entry["reasons"]
+    assert MISMATCH_HOST in report["summary"]["refused"], report["summary"]
+    assert MISMATCH_HOST not in report["summary"].get("allowed", []), report["summary"]
+    assert re.search(r"(?m)^\| %s \| refused \| driver_library_mismatch \|" % re.escape(MISMATCH_HOST), markdown), markdown
+    assert MISMATCH_MODULE in markdown and MISMATCH_LIBRARY in markdown, markdown
+    # No deploy (test_preflight_changed_nothing_on_the_host checks the directories of every host).
+    assert not host.file("/etc/systemd/system/vllm.service").exists
+    assert not host.file("/etc/vllm").exists
+
+
+# F8 (docs/testing.md, fault table): the shard prepare deleted from the model preflight-shard was given.
+SHARD_HOST, MODEL_DIR, SHARD = "preflight-shard", "/srv/models/model", "model-00002-of-00002.safetensors"
+
+
+def test_incomplete_model_refused_naming_the_shard(host, fleet_report, report_entry):
+    """F8: the index still names the deleted shard; the gate refuses the host with MODEL_INCOMPLETE
+    naming it (and nothing else: its GPUs are fine), the report says so, and nothing was deployed."""
+    if host.backend.get_hostname() != SHARD_HOST:
+        pytest.skip("the missing shard is injected on %s only" % SHARD_HOST)
+    # The injection is real: the index names the shard and the shard is gone.
+    assert SHARD in host.file(MODEL_DIR + "/model.safetensors.index.json").content_string
+    assert not host.file("%s/%s" % (MODEL_DIR, SHARD)).exists
+    report, markdown = fleet_report
+    entry = report_entry(report, SHARD_HOST)
+    assert entry["verdict"] == "refused" and entry["outcome"] == "refused", entry
+    reasons = dict((reason["code"], reason["message"]) for reason in entry["reasons"])
+    assert sorted(reasons) == ["MODEL_INCOMPLETE"], entry["reasons"]
+    assert SHARD in reasons["MODEL_INCOMPLETE"] and "missing" in reasons["MODEL_INCOMPLETE"], reasons
+    assert SHARD_HOST in report["summary"]["refused"], report["summary"]
+    assert "reason `MODEL_INCOMPLETE`" in markdown and SHARD in markdown, markdown
+    assert not host.file("/etc/systemd/system/vllm.service").exists
+    assert not host.file("/etc/vllm").exists
 
 
 def test_report_counts_every_host(host, fleet_report):

@@ -85,6 +85,8 @@ REASON_CODES = {
     "QUANTIZATION_DTYPE_UNSUPPORTED": "The quantization method does not run with the serving dtype.",
     "QUANT_GROUP_SIZE_UNSUPPORTED": "The GPTQ checkpoint's group size is one vLLM's gptq (exllama) kernels compute "
                                     "wrong (not a multiple of the rows they step by).",
+    "MODEL_INCOMPLETE": "A file of the model directory is missing or malformed (model_facts failed on it: "
+                        "a shard model.safetensors.index.json names, config.json, a safetensors header).",
     "INSUFFICIENT_VRAM": "The weights, or the KV cache of one max_model_len sequence, do not fit in GPU memory.",
     "TENSOR_PARALLEL_EXCEEDS_GPUS": "tensor_parallel_size x pipeline_parallel_size exceeds the GPU count.",
 }

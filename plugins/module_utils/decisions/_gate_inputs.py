@@ -361,6 +361,10 @@ def _model_inputs(model):
         if name.startswith("torch."):
             name = name[6:]
         mdl["torch_dtype"] = DTYPE_ALIASES.get(name, name)
+    # model_facts failed on the directory (a shard its index names is missing, a malformed file):
+    # its message, which names the file. The preflight passes it; the rule model_files refuses.
+    unreadable = to_str(model.get("unreadable"), "model.unreadable", allow_numbers=False)
+    mdl["unreadable"] = unreadable.strip()[:1000] if unreadable and unreadable.strip() else None
     return mdl, dict(model)
 
 

@@ -41,6 +41,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_rule
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_rules_vllm import (
     rule_compressed_tensors_scheme,
     rule_dtype,
+    rule_model_files,
     rule_quant_group_size,
     rule_quantization_act_dtype,
     rule_quantization_arch,
@@ -60,6 +61,9 @@ RULES = (
     Rule("vllm_version", rule_vllm_version, (), ("VLLM_VERSION_UNKNOWN", "RELEASE_BEHAVIOUR_ASSUMED"), (),
          "image.vllm_version (vllm_image_facts); version tables fall back to their most lenient row; policy "
          "release_behaviour (the row a release without its own is judged by: _policy.release_behaviour)"),
+    Rule("model_files", rule_model_files, ("MODEL_INCOMPLETE",), (), (),
+         "model_facts: every file of the model directory present and well-formed (the shards "
+         "model.safetensors.index.json names, config.json, the safetensors headers); its failure message"),
     Rule("lost_gpus", rule_lost_gpus, ("GPU_LOST",), (), (),
          "gpu_facts lost_gpus: nvidia-smi 'GPU is lost', Xid 79 (NVIDIA Xid catalogue)"),
     Rule("gpus", rule_gpus, ("NO_GPU", "COMPUTE_CAPABILITY_UNKNOWN", "HETEROGENEOUS_GPUS"), ("GPU_MEMORY_UNEVEN",), (),

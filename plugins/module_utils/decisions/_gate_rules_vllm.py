@@ -160,6 +160,18 @@ def _kv_cache_dtype(facts, gpu, auto_fix, final, has_bf16):
     return reasons, warnings, fixes
 
 
+def rule_model_files(facts):
+    """MODEL_INCOMPLETE: model_facts could not read the model directory (model.unreadable, its message
+    naming the file: a shard the index names that is missing, a malformed header or config)."""
+    why = facts.model.get("unreadable")
+    if not why:
+        return findings()
+    return findings(reasons=[finding(
+        "MODEL_INCOMPLETE",
+        "the model directory cannot be served as it is: %s. Copy the model again (every file its "
+        "model.safetensors.index.json names), then run the preflight again" % why.rstrip("."))])
+
+
 def rule_dtype(facts):
     """DTYPE_UNSUPPORTED, KV_CACHE_DTYPE_UNSUPPORTED, DTYPE_AUTOFIXED, DTYPE_AUTO_UNRESOLVED,
     KV_CACHE_DTYPE_UNVERIFIED on the lowest GPU, by the release's dtype auto rule (policy

@@ -137,6 +137,7 @@ STEP_OF_CODE = {
     "FP16_FALLBACK_NOT_APPLICABLE": "model",
     "GPTQ_REPACK_NOT_APPLICABLE": "model",
     "INSUFFICIENT_DISK": "model",
+    "MODEL_INCOMPLETE": "model",
 }
 STEPS = ("driver", "runtime", "image", "model", "server")
 

@@ -5,7 +5,8 @@
 #   tests/images/openai-standin/build.sh OUTDIR [TAG...]
 #
 # Tags: 1 (healthy), 2 (healthy, a newer version), 2-notokens (answers /health and /v1/models, completions carry no tokens),
-# 2-exits (exits 0 three seconds into a 30-second "model load", before it listens); dcgm-exporter builds
+# 2-exits (exits 0 three seconds into a 30-second "model load", before it listens), 2-exit1 (the same,
+# with exit status 1: a crashed server); dcgm-exporter builds
 # the fake dcgm-exporter instead (labfleet/fake-dcgm-exporter:1, fake-dcgm-exporter-1.tar). Default: 1 2-notokens 2-exits.
 # A tarball is rewritten only when the image changed; prints one line per tag:
 #   "<tag> <image id> <tarball> built|unchanged".
@@ -33,6 +34,8 @@ for tag in "${tags[@]}"; do
     2) args=(--build-arg STANDIN_VERSION=2) ;;
     2-notokens) args=(--build-arg STANDIN_VERSION=2 --build-arg STANDIN_NO_TOKENS=1) ;;
     2-exits) args=(--build-arg STANDIN_VERSION=2 --build-arg STANDIN_START_DELAY=30 --build-arg STANDIN_EXIT_AFTER=3) ;;
+    2-exit1) args=(--build-arg STANDIN_VERSION=2 --build-arg STANDIN_START_DELAY=30 --build-arg STANDIN_EXIT_AFTER=3
+                   --build-arg STANDIN_EXIT_CODE=1) ;;
     *) echo "build.sh: unknown tag ${tag}" >&2; exit 2 ;;
   esac
   docker build -q --build-arg BASE_IMAGE="${base}" "${args[@]}" -t "${image}" "${context}" >/dev/null

@@ -12,8 +12,9 @@ VLLM_API_KEY) when one is set; /health and /metrics do not, as in vLLM.
 Behaviour knobs (environment):
   STANDIN_START_DELAY=S   sleep S seconds before listening (a slow model load)
   STANDIN_FAIL_HEALTH=1   /health answers 500 (an engine that never becomes healthy)
-  STANDIN_EXIT_AFTER=S    exit 0 S seconds after the start, load time included (vLLM can exit 0
-                          on a fatal error)
+  STANDIN_EXIT_AFTER=S    exit S seconds after the start, load time included (vLLM can exit 0
+                          on a fatal error), with status STANDIN_EXIT_CODE (default 0)
+  STANDIN_EXIT_CODE=N     the exit status of STANDIN_EXIT_AFTER (0-255; 1: a crashed server)
   STANDIN_NO_TOKENS=1     completions carry no tokens
   STANDIN_VERSION=V       what /version reports and the startup log shows
   STANDIN_COMPUTE_CAPABILITY=N  the GPU it plays (default 70, a V100): an NVFP4 checkpoint needs 100
@@ -591,10 +592,11 @@ def main(argv=None):
     signal.signal(signal.SIGINT, stop)
 
     exit_after = float(os.environ.get("STANDIN_EXIT_AFTER", "0") or 0)
+    exit_code = int(os.environ.get("STANDIN_EXIT_CODE", "0") or 0) & 0xFF
     if exit_after > 0:
         def leave():
-            log("fatal error (STANDIN_EXIT_AFTER=%s s); exiting with status 0" % exit_after)
-            os._exit(0)  # pylint: disable=protected-access
+            log("fatal error (STANDIN_EXIT_AFTER=%s s); exiting with status %d" % (exit_after, exit_code))
+            os._exit(exit_code)  # pylint: disable=protected-access
         timer = threading.Timer(exit_after, leave)
         timer.daemon = True
         timer.start()

@@ -53,6 +53,8 @@ LLAMA_8B = dict(R.LLAMA_3_1_8B, intermediate_size=14336, vocab_size=128256)
 EXTRA_CASES = [
     dict(gpus=[dict(V100, compute_capability="4.0", name="GPU of an unknown architecture")], image=IMAGE_0_8_5),
     dict(gpus=[V100], image=dict(IMAGE_0_8_5, vllm_version="0.8.4")),
+    # model_facts failed on the directory (not in the recorded baseline: the code is newer).
+    dict(gpus=[V100], image=IMAGE_0_8_5, model={"unreadable": "/m/model.safetensors.index.json: names shard x"}),
 ]
 
 
@@ -198,6 +200,29 @@ def test_rule_parallel_alone():
     assert [w["code"] for w in found.warnings] == ["PCIE_WITHOUT_P2P"]
     assert found.decided == {}
     assert rule_parallel(facts_for(gpus=[V100, V100], nvlink=True, vllm={"tensor_parallel_size": 2})) == GF.findings()
+
+
+SHARD_MISSING = ("/srv/models/m/model.safetensors.index.json: names shard model-00002-of-00002.safetensors, "
+                 "which is missing from /srv/models/m")
+
+
+def test_rule_model_files_alone():
+    """model.unreadable (model_facts' message) is refused as MODEL_INCOMPLETE, the message quoted."""
+    found = GR.rule_model_files(facts_for(gpus=[V100], model=dict(LLAMA_8B, unreadable=SHARD_MISSING)))
+    assert [r["code"] for r in found.reasons] == ["MODEL_INCOMPLETE"]
+    assert SHARD_MISSING in found.reasons[0]["message"]
+    assert (found.warnings, found.decided) == ((), {})
+    assert GR.rule_model_files(facts_for(gpus=[V100], model=LLAMA_8B)) == GF.findings()
+    assert GR.rule_model_files(facts_for(gpus=[V100], model=dict(LLAMA_8B, unreadable="  "))) == GF.findings()
+
+
+def test_an_incomplete_model_refuses_the_host_at_the_model_step():
+    verdict = G.evaluate(gpus=[V100, V100], image=IMAGE_0_8_5, model={"unreadable": SHARD_MISSING},
+                         vllm={"tensor_parallel_size": 2, "dtype": "float16", "max_model_len": 8192}, today=TODAY)
+    assert verdict["allowed"] is False
+    assert "MODEL_INCOMPLETE" in [r["code"] for r in verdict["reasons"]]
+    with pytest.raises(G.GateInputError, match="model.unreadable"):
+        G.evaluate(gpus=[V100], image=IMAGE_0_8_5, model={"unreadable": 3}, today=TODAY)
 
 
 # --- one enforce_eager rule for the gate and the plan ---------------------------------------------
