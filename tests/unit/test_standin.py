@@ -574,3 +574,28 @@ def test_openai_smoke_module_fails_on_the_no_tokens_version(start, capsys):
     rc, result, _raw = run_module(capsys, {"url": server.url, "model": "quasar", "interval": 0.2})
     assert rc == 1 and "returned no tokens (finish_reason stop)" in result["msg"]
     assert result["completion_tokens"] == 0 and result["ttft_s"] is None
+
+
+def test_knob_hang_completions(start, capsys):
+    # STANDIN_HANG_COMPLETIONS (the 2-hangs image, F2): /health and /v1/models answer, a completion is
+    # held unanswered until the client gives up; the smoke test fails by its request_timeout, naming it.
+    server = start(env={"STANDIN_HANG_COMPLETIONS": "1"})
+    assert request(server, "GET", "/health")[0].status == 200
+    assert request(server, "GET", "/v1/models", headers=auth())[0].status == 200
+    began = time.monotonic()
+    rc, result, _raw = run_module(capsys, {"url": server.url, "model": "quasar", "api_key": KEY, "interval": 0.2,
+                                           "request_timeout": 1})
+    took = time.monotonic() - began
+    assert rc == 1, result
+    assert result["msg"].startswith("POST %s/v1/chat/completions failed: no complete answer" % server.url), result
+    assert "raise request_timeout (now 1 s)" in result["msg"], result
+    assert result["health"]["ok"] and result["models"] == ["quasar"] and result["completion_tokens"] == 0
+    assert 1 <= took < 5, took
+    # The stand-in saw the request, held it, and let it go when the client closed the connection.
+    ends = time.monotonic() + 5
+    while "closed the held completion request" not in server.log.read_text() and time.monotonic() < ends:
+        time.sleep(0.1)
+    log_text = server.log.read_text()
+    assert "holding the completion request unanswered" in log_text
+    assert "closed the held completion request" in log_text
+    assert server.process.poll() is None

@@ -6,7 +6,9 @@
 #
 # Tags: 1 (healthy), 2 (healthy, a newer version), 2-notokens (answers /health and /v1/models, completions carry no tokens),
 # 2-exits (exits 0 three seconds into a 30-second "model load", before it listens), 2-exit1 (the same,
-# with exit status 1: a crashed server); dcgm-exporter builds
+# with exit status 1: a crashed server), 2-hangs (answers /health and /v1/models, never answers a
+# completion: it holds the connection), 2-noarch70 (healthy, but its TORCH_CUDA_ARCH_LIST lacks 7.0:
+# no kernels for a V100); dcgm-exporter builds
 # the fake dcgm-exporter instead (labfleet/fake-dcgm-exporter:1, fake-dcgm-exporter-1.tar). Default: 1 2-notokens 2-exits.
 # A tarball is rewritten only when the image changed; prints one line per tag:
 #   "<tag> <image id> <tarball> built|unchanged".
@@ -36,6 +38,8 @@ for tag in "${tags[@]}"; do
     2-exits) args=(--build-arg STANDIN_VERSION=2 --build-arg STANDIN_START_DELAY=30 --build-arg STANDIN_EXIT_AFTER=3) ;;
     2-exit1) args=(--build-arg STANDIN_VERSION=2 --build-arg STANDIN_START_DELAY=30 --build-arg STANDIN_EXIT_AFTER=3
                    --build-arg STANDIN_EXIT_CODE=1) ;;
+    2-hangs) args=(--build-arg STANDIN_VERSION=2 --build-arg STANDIN_HANG_COMPLETIONS=1) ;;
+    2-noarch70) args=(--build-arg STANDIN_VERSION=2 --build-arg "STANDIN_TORCH_CUDA_ARCH_LIST=7.5 8.0 8.6 8.9 9.0+PTX") ;;
     *) echo "build.sh: unknown tag ${tag}" >&2; exit 2 ;;
   esac
   docker build -q --build-arg BASE_IMAGE="${base}" "${args[@]}" -t "${image}" "${context}" >/dev/null

@@ -16,6 +16,10 @@ Behaviour knobs (environment):
                           on a fatal error), with status STANDIN_EXIT_CODE (default 0)
   STANDIN_EXIT_CODE=N     the exit status of STANDIN_EXIT_AFTER (0-255; 1: a crashed server)
   STANDIN_NO_TOKENS=1     completions carry no tokens
+  STANDIN_HANG_COMPLETIONS=1  /health, /version, /v1/models and /metrics answer as usual, but a
+                          completion is never answered: the request is read and the connection held
+                          open, without a byte, until the client closes it (an engine that is
+                          healthy but whose generation hangs)
   STANDIN_VERSION=V       what /version reports and the startup log shows
   STANDIN_COMPUTE_CAPABILITY=N  the GPU it plays (default 70, a V100): an NVFP4 checkpoint needs 100
                           and is refused at start the way vLLM 0.8.5 refuses it (vllm/config.py:3803-3809)
@@ -66,6 +70,8 @@ Standard library only; Python 3.11 (Debian bookworm's python3).
 
 import argparse
 import glob
+import select
+import socket
 import json
 import os
 import re
@@ -181,6 +187,7 @@ def delay_ms(name, default):
 
 def make_handler(args, api_key, served):
     no_tokens = os.environ.get("STANDIN_NO_TOKENS", "") not in ("", "0")
+    hang_completions = os.environ.get("STANDIN_HANG_COMPLETIONS", "") not in ("", "0")
     first_token_s = delay_ms("STANDIN_TTFT_MS", 10)
     token_interval_s = delay_ms("STANDIN_ITL_MS", 10)
     fail_health = os.environ.get("STANDIN_FAIL_HEALTH", "") not in ("", "0")
@@ -363,6 +370,9 @@ def make_handler(args, api_key, served):
                            "tokens (%d in the messages, %d in the completion). Please reduce the length of the "
                            "messages or completion." % numbers, "BadRequestError")
                 return
+            if hang_completions:
+                self.hang()
+                return
             started = time.monotonic()
             tokens = [] if no_tokens else [PIECES[i % len(PIECES)] for i in range(max_tokens)]
             with LOCK:
@@ -386,6 +396,23 @@ def make_handler(args, api_key, served):
                                      "chat.completion" if chat else "text_completion",
                                      "created": int(time.time()), "model": request["model"], "choices": [choice],
                                      "usage": usage})
+
+        def hang(self):
+            """STANDIN_HANG_COMPLETIONS: answer nothing, hold the connection until the client closes it."""
+            log("holding the completion request unanswered (STANDIN_HANG_COMPLETIONS)")
+            self.close_connection = True
+            while True:
+                readable, _w, _x = select.select([self.connection], [], [], 1.0)
+                if not readable:
+                    continue
+                try:
+                    data = self.connection.recv(4096, socket.MSG_PEEK)
+                except OSError:
+                    data = b""
+                if not data:
+                    log("the client closed the held completion request")
+                    return
+                time.sleep(0.5)  # more bytes from the client (a pipelined request): still no answer
 
         def stream(self, request, tokens, chat, started, usage):
             chunked = self.request_version != "HTTP/1.0"
