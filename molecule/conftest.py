@@ -142,6 +142,18 @@ class PlaybookRun:
         assert found, "no task named %r ran; tasks: %s" % (task_name, self.task_names())
         return found
 
+    def task(self, name, host_name):
+        """The last task called ``name`` (a role's task too: "<role> : name") that ran on host_name, whole
+        ({task, hosts}, the json callback's record, with its duration)."""
+        found = None
+        for play in (self.data or {}).get("plays", []):
+            for task in play.get("tasks", []):
+                title = task["task"]["name"]
+                if (title == name or title.endswith(" : " + name)) and host_name in task["hosts"]:
+                    found = task
+        assert found, "no task %r ran on %s; tasks: %s" % (name, host_name, self.task_names())
+        return found
+
     def changed_tasks(self, skip_plays=()):
         """[(play, task, host)] of every task result that changed, outside the plays named in ``skip_plays``."""
         found = []

@@ -13,7 +13,6 @@ cannot see it and the role's re-check is what meets it; ``molecule verify`` can 
 """
 
 import json
-import os
 
 import pytest
 
@@ -31,20 +30,8 @@ def _container(host, name):
     return result.stdout.strip() if result.rc == 0 else None
 
 
-def _role_task(run, name, host_name):
-    """The result on host_name of the last task called name, a role's task too ("<role> : name")."""
-    found = None
-    for play in run.data.get("plays", []):
-        for task in play.get("tasks", []):
-            title = task["task"]["name"]
-            if (title == name or title.endswith(" : " + name)) and host_name in task["hosts"]:
-                found = task
-    assert found, "no task %r ran on %s; tasks: %s" % (name, host_name, run.task_names())
-    return found
-
-
 @pytest.fixture(scope="module")
-def noarch_run(host, run_playbook, project_dir, ephemeral_dir):
+def noarch_run(host, site_with_standin):
     host.run("docker image rm %s:%s", IMAGE, TAG)  # absent on a first verify: nothing to remove
     assert host.run("docker image inspect %s:%s", IMAGE, TAG).rc != 0
     before = {
@@ -52,17 +39,7 @@ def noarch_run(host, run_playbook, project_dir, ephemeral_dir):
         "container": _container(host, "vllm"),
     }
     assert before["container"], "the converge left no vllm container to compare with"
-    report_dir = os.path.join(ephemeral_dir, "reports-noarch70")
-    extra = {
-        "preflight_deployment": "{{ labfleet_test_request | combine({'image': '%s:%s'}) }}" % (IMAGE, TAG),
-        "vllm_server_image_tarball": "{{ labfleet_test_tarballs }}/openai-standin-%s.tar" % TAG,
-        "vllm_server_retry_failed": True,
-        "fleet_report_dir": report_dir,
-    }
-    run = run_playbook(os.path.join(project_dir, "site.yml"), extra_vars=extra,
-                       skip_tags=["nvidia_driver", "container_runtime"])
-    with open(os.path.join(report_dir, "fleet-report.json"), encoding="utf-8") as handle:
-        report = json.load(handle)
+    run, report = site_with_standin(TAG)
     return run, report, before
 
 
@@ -79,9 +56,9 @@ def test_recheck_refuses_with_image_lacks_arch(host, noarch_run):
     run, _report, _before = noarch_run
     name = host.backend.get_hostname()
     # The preflight could not see the image and allowed the host; the re-check is what refused it.
-    preflight = _role_task(run, "Read the vLLM image (local image, else the shipped profile)", name)["hosts"][name]
+    preflight = run.task("Read the vLLM image (local image, else the shipped profile)", name)["hosts"][name]
     assert preflight.get("image", {}).get("state") != "present", json.dumps(preflight.get("image"))[:2000]
-    stop = _role_task(run, RECHECK_TASK, name)["hosts"][name]
+    stop = run.task(RECHECK_TASK, name)["hosts"][name]
     assert stop.get("failed"), stop
     assert "refused when planned again" in stop["msg"], stop["msg"]
     assert "IMAGE_LACKS_ARCH" in stop["msg"], stop["msg"]
