@@ -7,6 +7,7 @@ and plain sockets, against the answers recorded from a real vLLM server
 
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -20,6 +21,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.labfleet.vllm.plugins.module_utils.clients import _openai as O
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting import _doctor as doctor
 from ansible_collections.labfleet.vllm.plugins.modules import openai_smoke
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -426,6 +428,44 @@ def test_knob_exit_code(start):
     server = start(env={"STANDIN_START_DELAY": "5", "STANDIN_EXIT_AFTER": "0.5", "STANDIN_EXIT_CODE": "1"}, wait=False)
     assert server.process.wait(10) == 1
     assert "exiting with status 1" in server.log.read_text()
+
+
+# A real torch 2.6 watchdog line, as users reported it (modelscope/DiffSynth-Studio issue 458), and the
+# shape every such line has: the stand-in's lines must have it too.
+REAL_WATCHDOG_LINE = ("[rank4]:[E318 07:39:53.792630246 ProcessGroupNCCL.cpp:616] [Rank 4] Watchdog caught collective "
+                      "operation timeout: WorkNCCL(SeqNum=610, OpType=COALESCED, NumelIn=56320, NumelOut=450560, "
+                      "Timeout(ms)=600000) ran for 600086 milliseconds before timing out.")
+WATCHDOG_SHAPE = re.compile(r"^\[rank(\d+)\]:\[E\d{3,4} \d\d:\d\d:\d\d\.\d{9} ProcessGroupNCCL\.cpp:\d+\] \[Rank \1\] "
+                            r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=\d+, OpType=[A-Z_]+, "
+                            r"NumelIn=\d+, NumelOut=\d+, Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds before "
+                            r"timing out\.$")
+
+
+def test_knob_nccl_hang_ends_like_torchs_watchdog(start):
+    # STANDIN_NCCL_HANG_MS with TP 2 (F14): never listens, logs each rank's watchdog timeout in torch's
+    # shape after the timeout, and dies with SIGABRT's status; the doctor reads it as gated(nccl).
+    assert WATCHDOG_SHAPE.match(REAL_WATCHDOG_LINE)
+    began = time.monotonic()
+    server = start(env={"STANDIN_NCCL_HANG_MS": "1500"}, args=["--tensor-parallel-size", "2"], wait=False)
+    with pytest.raises(OSError):
+        time.sleep(0.8)
+        socket.create_connection(("127.0.0.1", server.port), timeout=0.5).close()
+    assert server.process.wait(10) == 134
+    assert time.monotonic() - began >= 1.5
+    text = server.log.read_text()
+    matches = [WATCHDOG_SHAPE.match(line) for line in text.splitlines()]
+    ranks = sorted(int(m.group(1)) for m in matches if m)
+    assert ranks == [0, 1], text
+    assert all(int(m.group(2)) == 1500 and int(m.group(3)) > 1500 for m in matches if m), text
+    assert text.rstrip().endswith("terminate called after throwing an instance of 'c10::DistBackendError'"), text
+    journal = doctor.classify_journal(text)
+    assert journal["states"] == ["gated(nccl)"] and len(journal["faults"]["nccl_timeout"]) == 2, journal
+
+
+def test_knob_nccl_hang_needs_tensor_parallelism(start):
+    # One GPU: no collective to hang in, so the server listens and answers.
+    server = start(env={"STANDIN_NCCL_HANG_MS": "60000"})
+    assert request(server, "GET", "/health")[0].status == 200
 
 
 def test_knobs_unknown_flag_exits_2_and_nvfp4_is_refused(start, tmp_path):

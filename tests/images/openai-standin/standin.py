@@ -20,6 +20,12 @@ Behaviour knobs (environment):
                           completion is never answered: the request is read and the connection held
                           open, without a byte, until the client closes it (an engine that is
                           healthy but whose generation hangs)
+  STANDIN_NCCL_HANG_MS=MS with --tensor-parallel-size above 1: the first all-reduce (vLLM's memory
+                          profiling pass) never completes, so the server never listens; after MS
+                          milliseconds each rank's NCCL watchdog logs the timeout as torch 2.6 does
+                          (ProcessGroupNCCL.cpp; the default timeout is 600000) and takes the process
+                          down: exit status 134, SIGABRT's (F14 of docs/testing.md). Without tensor
+                          parallelism there is no collective and the variable does nothing.
   STANDIN_VERSION=V       what /version reports and the startup log shows
   STANDIN_COMPUTE_CAPABILITY=N  the GPU it plays (default 70, a V100): an NVFP4 checkpoint needs 100
                           and is refused at start the way vLLM 0.8.5 refuses it (vllm/config.py:3803-3809)
@@ -586,6 +592,36 @@ def gptq_refusal(model_dir, args):
     return None
 
 
+def nccl_hang(world_size, timeout_s):
+    """Hang in the first all-reduce, then end as torch's NCCL watchdog ends a process (never returns).
+
+    The lines are torch 2.6's (ProcessGroupNCCL.cpp, e.g. as reported in modelscope/DiffSynth-Studio
+    issue 458 and XPixelGroup/BasicSR issue 737): every rank logs the timed-out work, then takes the
+    process down with std::terminate (SIGABRT: the container's exit status is 134).
+    """
+    log("world_size=%d; NCCL version 2.21.5+cuda12.4; memory profiling: the first forward pass, "
+        "all-reduce across %d ranks" % (world_size, world_size))
+    time.sleep(timeout_s)
+    timeout_ms = int(round(timeout_s * 1000))
+    numel = 8388608
+    for rank in range(world_size):
+        stamp = "E%s.%06d000" % (time.strftime("%m%d %H:%M:%S"), rank)
+        work = ("WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=%d, NumelOut=%d, Timeout(ms)=%d)"
+                % (numel, numel, timeout_ms))
+        for source, text in (
+                ("616", "[Rank %d] Watchdog caught collective operation timeout: %s ran for %d milliseconds "
+                        "before timing out." % (rank, work, timeout_ms + 43)),
+                ("1785", "[PG ID 0 PG GUID 0(default_pg) Rank %d] Exception (either an error or timeout) detected "
+                         "by watchdog at work: 1, last enqueued NCCL work: 1, last completed NCCL work: 0." % rank),
+                ("630", "[Rank %d] Some NCCL operations have failed or timed out. Due to the asynchronous nature of "
+                        "CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data." % rank),
+                ("636", "[Rank %d] To avoid data inconsistency, we are taking the entire process down." % rank)):
+            sys.stderr.write("[rank%d]:[%s ProcessGroupNCCL.cpp:%s] %s\n" % (rank, stamp, source, text))
+    sys.stderr.write("terminate called after throwing an instance of 'c10::DistBackendError'\n")
+    sys.stderr.flush()
+    os._exit(134)  # pylint: disable=protected-access
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)  # exits 2 on an unknown flag, like vLLM
     if args.model.startswith("/") and not os.path.isfile(os.path.join(args.model, "config.json")):
@@ -631,6 +667,9 @@ def main(argv=None):
     if delay > 0:
         log("loading the model (STANDIN_START_DELAY=%s s)" % delay)
         time.sleep(delay)
+    nccl_hang_s = delay_ms("STANDIN_NCCL_HANG_MS", 0)
+    if nccl_hang_s > 0 and args.tensor_parallel_size > 1:
+        nccl_hang(args.tensor_parallel_size, nccl_hang_s)
     server = Server((args.host or "0.0.0.0", args.port), make_handler(args, api_key, served))
     log("Uvicorn running on http://%s:%d (stand-in)" % (args.host or "0.0.0.0", args.port))
     server.serve_forever()
