@@ -199,9 +199,10 @@ def run_playbook(inventory_file):
     return _run
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def call_module(host, run_playbook):
     """Run a module of the collection (or any module) on the host under test; return its result.
+    Module-scoped like testinfra's ``host``, so that a module's fixtures can call it too.
 
     ``call_module(name, args_dict, check=False)``. The arguments go into a playbook written to a
     private temporary directory (never onto a command line: they may hold the API key), run with

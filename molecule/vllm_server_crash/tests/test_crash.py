@@ -32,18 +32,6 @@ def _redact(text, canaries):
     return text
 
 
-def _wait_for(what, probe, timeout=30, interval=1):
-    """Call probe() every interval seconds until it returns something true; fail after timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail("%s: not within %d s (last value %r)" % (what, timeout, value))
-        time.sleep(interval)
-
-
 def _restarts(host, unit=UNIT):
     """How often systemd restarted the unit (NRestarts)."""
     return int(host.check_output("systemctl show --property NRestarts --value %s", unit))
@@ -94,13 +82,13 @@ def second_before(host):
     return _container(host, "vllm-b")[0]
 
 
-def test_killed_container_comes_back_with_the_same_image(host, call_module, url, serving, second_before):
+def test_killed_container_comes_back_with_the_same_image(host, call_module, url, serving, second_before, wait_for):
     """docker kill (SIGKILL, exit 137): systemd restarts the unit, a new container of the same image answers."""
     before_id, image = serving
     assert second_before  # read now, before any crash; compared in the last test
     restarts = _restarts(host)
     host.check_output("docker kill %s", CONTAINER)
-    _wait_for("%s restarted after docker kill (NRestarts above %d)" % (UNIT, restarts),
+    wait_for("%s restarted after docker kill (NRestarts above %d)" % (UNIT, restarts),
               lambda: _restarts(host) > restarts)
     _smoke(call_module, url, MODEL, unit=UNIT, container=CONTAINER, health_timeout=60)
     after_id, after_image = _container(host)
@@ -108,12 +96,12 @@ def test_killed_container_comes_back_with_the_same_image(host, call_module, url,
     assert after_image == image, "the unit came back with image %s instead of %s" % (after_image, image)
 
 
-def test_clean_exit_is_restarted_too(host, call_module, url, secret_canaries):
+def test_clean_exit_is_restarted_too(host, call_module, url, secret_canaries, wait_for):
     """The server exits 0 (its SIGTERM handler): Restart=always restarts it all the same, and it answers."""
     restarts = _restarts(host)
     since = host.check_output("date +%s")
     host.check_output("docker exec %s python3 -c %s", CONTAINER, "import os, signal; os.kill(1, signal.SIGTERM)")
-    _wait_for("%s restarted although the server exited 0 (NRestarts above %d)" % (UNIT, restarts),
+    wait_for("%s restarted although the server exited 0 (NRestarts above %d)" % (UNIT, restarts),
               lambda: _restarts(host) > restarts)
 
     # The exit was a clean one: the server logged its own shutdown (only this run's journal is read).
