@@ -10,13 +10,18 @@
 #              serves the tiny NVFP4 checkpoint's GPTQ repack and its FP16 copy (a completion and the prompt's
 #              log-probabilities from each), and its offline API gives the FP16 copy's log-probabilities: all
 #              against a float64 reference forward pass of the same weights (tests/gpu/logits_check.py)
+#   daemon_reload  F10 of docs/testing.md: a --gpus all container started through Docker must still list its
+#              GPUs (nvidia-smi -L in it) after `systemctl daemon-reload` (runc rewrites the device cgroup:
+#              "Failed to initialize NVML: Unknown Error"; docs/container_runtime.md, the mitigation). Needs
+#              root, systemd, Docker with the NVIDIA runtime and a local image (GPU_CHECK_F10_IMAGE, else the
+#              first of labfleet/molecule-debian:bookworm, debian:bookworm-slim found here; never pulled)
 # Each step is bounded by timeout and by what is left of the budget; each reports PASS, FAIL or SKIP with
 # the reason and its seconds. Exit 0 when nothing FAILED. On a machine without an NVIDIA GPU (no nvidia-smi,
 # or nvidia-smi fails or lists none) it prints "SKIPPED: no NVIDIA GPU: <reason>" and exits 0 at once.
 #
 # Environment: PYTHON (an interpreter that has vLLM already: no venv, no install), GPU_WHEELHOUSE (a folder of
 # wheels: pip install --no-index --find-links it, for a machine without a package index), GPU_CHECK_STAGES
-# ("gpu_facts vllm doctor"), GPU_CHECK_BUDGET_S (450), GPU_CHECK_GPU_MEMORY_UTILIZATION (0.10),
+# ("gpu_facts vllm doctor daemon_reload"), GPU_CHECK_BUDGET_S (450), GPU_CHECK_GPU_MEMORY_UTILIZATION (0.10),
 # GPU_CHECK_LOGITS_ATOL (0.05), GPU_CHECK_GROUP_SIZE (32), GPU_CHECK_ATTENTION_BACKEND (XFORMERS; empty:
 # vLLM's own choice), GPU_CHECK_NVIDIA_SMI (nvidia-smi), GPU_CHECK_BASE_PYTHON (python3, for the venvs).
 # Results: .cache/gpu-check/ (GPU_CHECK_WORK; check-gpu.log, check-gpu.json and each stage's files), copied to
@@ -29,7 +34,7 @@ cd "$ROOT" || exit 2
 . "$ROOT/scripts/lib/tiny-vllm.sh"
 
 BUDGET_S=${GPU_CHECK_BUDGET_S:-450}
-STAGES=" ${GPU_CHECK_STAGES:-gpu_facts vllm doctor} "
+STAGES=" ${GPU_CHECK_STAGES:-gpu_facts vllm doctor daemon_reload} "
 WORK=${GPU_CHECK_WORK:-$ROOT/.cache/gpu-check}
 VENV=.cache/gpu-venv
 TOOLS=.cache/gpu-tools-venv
@@ -63,6 +68,7 @@ ANSIBLE_PLAYBOOK=""
 TOOLS_WHY=""
 tools_checked=0
 have_docker=no
+f10_container=""
 
 say() { echo "check-gpu: $*"; }
 elapsed() { echo $(($(date +%s) - t0)); }
@@ -128,6 +134,9 @@ cleanup() {
         else
             say "WARNING: processes of the vLLM server's group $vllm_server_pid are left behind" >&3 2>/dev/null
         fi
+    fi
+    if [[ -n $f10_container ]]; then
+        timeout -k 5 30 docker rm -f "$f10_container" >/dev/null 2>&1
     fi
     if [[ -n $run_tmp ]]; then rm -rf "$run_tmp"; fi
     exit "$rc"
@@ -557,6 +566,61 @@ EOF
 }
 
 # ---------------------------------------------------------------------------------------------------------
+# Stage daemon_reload (F10)
+# ---------------------------------------------------------------------------------------------------------
+gpu_lines() { grep -E '^GPU [0-9]+:' <<<"$1" | sed 's/ *$//'; }
+
+stage_daemon_reload() {
+    local start image="" candidate before after rc=0 wait_s=${GPU_CHECK_F10_WAIT_S:-3}
+    start=$(date +%s)
+    say "--- daemon_reload: systemctl daemon-reload while a GPU container runs (F10)"
+    if [[ $have_docker != yes ]]; then
+        record daemon_reload SKIP "$start" "Docker does not answer here (docker info failed)"; return
+    fi
+    if [[ $(id -u) != 0 ]]; then
+        record daemon_reload SKIP "$start" "systemctl daemon-reload needs root; run make check-gpu as root"; return
+    fi
+    if ! command -v systemctl >/dev/null; then
+        record daemon_reload SKIP "$start" "no systemctl here, so there is no daemon-reload to survive"; return
+    fi
+    for candidate in ${GPU_CHECK_F10_IMAGE:-labfleet/molecule-debian:bookworm debian:bookworm-slim}; do
+        if timeout -k 5 30 docker image inspect "$candidate" >/dev/null 2>&1; then image=$candidate; break; fi
+    done
+    if [[ -z $image ]]; then
+        record daemon_reload SKIP "$start" "no image to run on this machine (${GPU_CHECK_F10_IMAGE:-labfleet/molecule-debian:bookworm, debian:bookworm-slim}); load one or set GPU_CHECK_F10_IMAGE"
+        return
+    fi
+    f10_container=labfleet-gpu-check-f10-$$
+    if ! timeout -k 5 60 docker run -d --rm --name "$f10_container" --network none --gpus all --entrypoint sleep \
+            "$image" 600 >"$WORK/daemon-reload.log" 2>&1; then
+        record daemon_reload SKIP "$start" "a --gpus all container of $image does not start ($(tail -n 1 "$WORK/daemon-reload.log" | cut -c1-160)): the doctor stage says why"
+        f10_container=""
+        return
+    fi
+    before=$(timeout -k 5 30 docker exec "$f10_container" nvidia-smi -L 2>&1) || rc=$?
+    if ((rc != 0)) || [[ -z $(gpu_lines "$before") ]]; then
+        record daemon_reload SKIP "$start" "the container sees no GPU before the reload (nvidia-smi -L exit $rc: $(head -n 1 <<<"$before" | cut -c1-160)): the doctor stage says why"
+    else
+        rc=0
+        if ! timeout -k 5 60 systemctl daemon-reload >>"$WORK/daemon-reload.log" 2>&1; then
+            # e.g. "System has not been booted with systemd": nothing rewrites the device cgroup here.
+            record daemon_reload SKIP "$start" "systemctl daemon-reload failed ($(tail -n 1 "$WORK/daemon-reload.log" | cut -c1-160))"
+        else
+            sleep "$wait_s"
+            after=$(timeout -k 5 30 docker exec "$f10_container" nvidia-smi -L 2>&1) || rc=$?
+            printf 'before:\n%s\nafter daemon-reload:\n%s\n' "$before" "$after" >>"$WORK/daemon-reload.log"
+            if ((rc == 0)) && [[ $(gpu_lines "$after") == "$(gpu_lines "$before")" ]]; then
+                record daemon_reload PASS "$start" "the container kept its $(gpu_lines "$before" | wc -l) GPU(s) through systemctl daemon-reload ($image)"
+            else
+                record daemon_reload FAIL "$start" "after systemctl daemon-reload the container lost its GPUs (nvidia-smi -L exit $rc: $(head -n 1 <<<"$after" | cut -c1-160)); apply the container_runtime role's mitigation (docs/container_runtime.md, 'The daemon-reload NVML loss')"
+            fi
+        fi
+    fi
+    timeout -k 5 30 docker rm -f "$f10_container" >/dev/null 2>&1
+    f10_container=""
+}
+
+# ---------------------------------------------------------------------------------------------------------
 summary() {
     local i failed=0 passed=0 skippedn=0 result
     echo
@@ -591,6 +655,7 @@ main() {
     if wants gpu_facts; then stage_gpu_facts; fi
     if wants doctor; then stage_doctor; fi
     if wants vllm; then stage_vllm; fi
+    if wants daemon_reload; then stage_daemon_reload; fi
     summary
 }
 

@@ -84,3 +84,76 @@ def test_gpu_facts_stage_on_the_fake_gpu(tmp_path):
     assert summary["result"] == "passed" and "Tesla V100-PCIE-32GB" in summary["gpu"]
     assert "nvidia_smi  topology             0-1  SYS" in out
     assert (tmp_path / "out" / "check-gpu" / "gpu_facts" / "compare-nvidia_smi.json").exists()
+
+
+# The daemon_reload stage (F10) against a fake docker and a fake systemctl: docker's `exec ... nvidia-smi -L`
+# answers with the recorded GPU list until the fake daemon-reload has "rewritten the device cgroup" (when
+# FAKE_F10_LOSE is set), then with NVML's error, as a container without the mitigation does.
+FAKE_DOCKER = r"""#!/bin/sh
+state=${FAKE_F10_STATE:?}
+case "$1" in
+  info) exit 0 ;;
+  image) exit 0 ;;
+  run) echo "$*" >"$state/run"; echo 0123456789ab; exit 0 ;;
+  exec)
+    if [ -e "$state/lost" ]; then echo "Failed to initialize NVML: Unknown Error"; exit 255; fi
+    echo "GPU 0: Tesla V100-PCIE-32GB (UUID: GPU-a)"; echo "GPU 1: Tesla V100-PCIE-32GB (UUID: GPU-b)"; exit 0 ;;
+  rm) echo "$*" >>"$state/rm"; exit 0 ;;
+esac
+exit 1
+"""
+FAKE_SYSTEMCTL = r"""#!/bin/sh
+[ "$1" = daemon-reload ] || exit 1
+echo reloaded >>"${FAKE_F10_STATE:?}/reloads"
+if [ -n "$FAKE_F10_LOSE" ]; then : >"$FAKE_F10_STATE/lost"; fi
+"""
+
+
+def daemon_reload_stage(tmp_path, lose):
+    state = tmp_path / "state"
+    state.mkdir()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, text in (("docker", FAKE_DOCKER), ("systemctl", FAKE_SYSTEMCTL)):
+        (bindir / name).write_text(text)
+        (bindir / name).chmod(0o755)
+    env = {"GPU_CHECK_STAGES": "daemon_reload", "FAKE_F10_STATE": str(state), "GPU_CHECK_F10_WAIT_S": "0",
+           "FAKE_F10_LOSE": "1" if lose else "", "PATH": "%s:%s" % (bindir, os.environ["PATH"])}
+    rc, out, summary = run(tmp_path, smi="v100x2_pcie", env=env)
+    return rc, out, dict((s["stage"], s) for s in summary["stages"]), state
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the stage runs systemctl daemon-reload only as root")
+
+
+@needs_root
+def test_daemon_reload_stage_passes_when_the_container_keeps_its_gpus(tmp_path):
+    rc, out, stages, state = daemon_reload_stage(tmp_path, lose=False)
+    assert rc == 0, out
+    stage = stages["daemon_reload"]
+    assert stage["result"] == "PASS" and "kept its 2 GPU(s) through systemctl daemon-reload" in stage["reason"], out
+    assert (state / "reloads").read_text() == "reloaded\n"
+    assert "--gpus all" in (state / "run").read_text() and "rm -f labfleet-gpu-check-f10-" in (state / "rm").read_text()
+
+
+@needs_root
+def test_daemon_reload_stage_fails_when_the_container_loses_its_gpus(tmp_path):
+    rc, out, stages, state = daemon_reload_stage(tmp_path, lose=True)
+    assert rc != 0, out
+    stage = stages["daemon_reload"]
+    assert stage["result"] == "FAIL", out
+    assert "lost its GPUs (nvidia-smi -L exit 255: Failed to initialize NVML: Unknown Error)" in stage["reason"]
+    assert "container_runtime role's mitigation" in stage["reason"]
+    # The test container is removed, failed or not.
+    assert "rm -f labfleet-gpu-check-f10-" in (state / "rm").read_text()
+
+
+def test_daemon_reload_stage_skips_without_docker(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "docker").write_text("#!/bin/sh\nexit 1\n")
+    (bindir / "docker").chmod(0o755)
+    rc, out, summary = run(tmp_path, smi="v100x2_pcie", env={"GPU_CHECK_STAGES": "daemon_reload",
+                                                             "PATH": "%s:%s" % (bindir, os.environ["PATH"])})
+    stage = dict((s["stage"], s) for s in summary["stages"])["daemon_reload"]
+    assert rc == 0 and stage["result"] == "SKIP" and "Docker does not answer here" in stage["reason"], out
