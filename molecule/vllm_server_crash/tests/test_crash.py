@@ -89,7 +89,7 @@ def test_killed_container_comes_back_with_the_same_image(host, call_module, url,
     restarts = _restarts(host)
     host.check_output("docker kill %s", CONTAINER)
     wait_for("%s restarted after docker kill (NRestarts above %d)" % (UNIT, restarts),
-              lambda: _restarts(host) > restarts)
+             lambda: _restarts(host) > restarts)
     _smoke(call_module, url, MODEL, unit=UNIT, container=CONTAINER, health_timeout=60)
     after_id, after_image = _container(host)
     assert after_id != before_id, "the killed container %s still runs" % before_id
@@ -102,7 +102,7 @@ def test_clean_exit_is_restarted_too(host, call_module, url, secret_canaries, wa
     since = host.check_output("date +%s")
     host.check_output("docker exec %s python3 -c %s", CONTAINER, "import os, signal; os.kill(1, signal.SIGTERM)")
     wait_for("%s restarted although the server exited 0 (NRestarts above %d)" % (UNIT, restarts),
-              lambda: _restarts(host) > restarts)
+             lambda: _restarts(host) > restarts)
 
     # The exit was a clean one: the server logged its own shutdown (only this run's journal is read).
     # Canaries replaced before the assertion: pytest shows the compared text when it fails.

@@ -45,8 +45,8 @@ def hanging(host, serve_again, wait_for):
         host.check_output("systemctl reset-failed %s", UNIT)
         host.check_output("systemctl restart %s", UNIT)
         text = wait_for("the NCCL watchdog's timeout in the journal of %s" % UNIT,
-                         lambda: WATCHDOG in _journal_since(host, since) and _journal_since(host, since),
-                         timeout=HANG_MS / 1000 + 60)
+                        lambda: WATCHDOG in _journal_since(host, since) and _journal_since(host, since),
+                        timeout=HANG_MS / 1000 + 60)
         yield since, text
     finally:
         host.check_output("mv -f %s %s", SAVED, ENV_FILE)

@@ -53,8 +53,8 @@ def exhausted(host, serve_again, wait_for):
             kills += 1
             # Wait until systemd has either started the unit again or given up on it.
             wait_for("%s restarted or given up after kill %d" % (UNIT, kills),
-                      lambda: (_show(host, "ActiveState") == "failed"
-                               or (_running_container(host) not in ("", container))))
+                     lambda: (_show(host, "ActiveState") == "failed"
+                     or (_running_container(host) not in ("", container))))
             if _show(host, "ActiveState") == "failed":
                 break
         # Wait three RestartSec (2 s in this scenario): a unit that gave up must not come back by itself.
@@ -65,7 +65,6 @@ def exhausted(host, serve_again, wait_for):
         yield state
     finally:
         serve_again()
-
 
 
 def test_systemd_gives_up_exactly_at_the_start_limit(exhausted):
