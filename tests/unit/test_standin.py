@@ -145,6 +145,42 @@ def recorded(name):
     return int(lines[0].split()[1]), headers, body.decode("utf-8")
 
 
+def recorded_polls(name):
+    """What each poll of a recorded curl loop got: "refused" or the HTTP status (other lines skipped)."""
+    polls = []
+    with open(os.path.join(FIXTURES, name)) as handle:
+        for line in handle:
+            if "Failed to connect" in line:
+                polls.append("refused")
+            else:
+                answer = re.match(r"^[\d:.]+ (?:HTTP/1\.1 )?(\d{3})\b", line)  # "19:47:04.443 200"
+                if answer:
+                    polls.append(int(answer.group(1)))
+    return polls
+
+
+def poll_health(server):
+    """One GET /health on a new connection, as curl does: "refused", (status, body), or what went wrong."""
+    conn = HTTPConnection("127.0.0.1", server.port, timeout=2)
+    try:
+        conn.request("GET", "/health")
+        response = conn.getresponse()
+        return response.status, response.read()
+    except ConnectionRefusedError:
+        return "refused"
+    except socket.timeout:
+        return "hang"
+    except OSError as exc:
+        return "error: %r" % exc
+    finally:
+        conn.close()
+
+
+def runs(polls):
+    """The sequence with repeats collapsed: refused, refused, 200, 200 -> refused, 200."""
+    return [p for i, p in enumerate(polls) if i == 0 or p != polls[i - 1]]
+
+
 # ------------------------------------------------------------------ HTTP/1.1, keep-alive, chunking
 
 
@@ -390,6 +426,39 @@ def test_models_and_version(standin):
     assert json.loads(data) == {"version": "0.0.0-standin"}
 
 
+def test_models_listing_has_the_fields_of_the_recording(standin):
+    # models.http (vLLM 0.32): the same fields as 0.8.5's ModelCard and ModelPermission
+    # (vllm/entrypoints/openai/protocol.py), one permission per model (serving_models.py).
+    status, headers, body = recorded("models.http")
+    response, data = request(standin, "GET", "/v1/models", headers=auth())
+    assert response.status == status == 200
+    assert response.getheader("Content-Type") == headers["content-type"] == "application/json"
+    listing, reference = json.loads(data), json.loads(body)
+    assert set(listing) == set(reference) and listing["object"] == reference["object"] == "list"
+    card, real_card = listing["data"][0], reference["data"][0]
+    assert set(card) == set(real_card)
+    for name in ("object", "owned_by", "parent"):
+        assert card[name] == real_card[name], name
+    assert card["root"].endswith("/model") and isinstance(card["created"], int)
+    assert len(card["permission"]) == len(real_card["permission"]) == 1
+    permission, real_permission = card["permission"][0], real_card["permission"][0]
+    assert set(permission) == set(real_permission)
+    assert {k: v for k, v in permission.items() if k not in ("id", "created")} == \
+        {k: v for k, v in real_permission.items() if k not in ("id", "created")}
+    assert permission["id"].startswith("modelperm-") and isinstance(permission["created"], int)
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_ping_answers_like_the_recording(standin, method):
+    # ping.http: 200, Content-Length 0, no Content-Type; 0.8.5 takes GET and POST (api_server.py /ping).
+    status, headers, body = recorded("ping.http")
+    response, data = request(standin, method, "/ping", body="" if method == "POST" else None)
+    assert response.status == status == 200
+    assert response.getheader("Content-Length") == headers["content-length"] == "0"
+    assert response.getheader("Content-Type") is None and "content-type" not in headers
+    assert data == body.encode() == b""
+
+
 # ------------------------------------------------------------------ the STANDIN_* knobs still work
 
 
@@ -421,6 +490,71 @@ def test_knobs_start_delay_and_exit_after(start):
     gone = time.monotonic() - began
     assert exit_after <= gone < 2 * exit_after, gone
     assert "exiting with status 0" in server.log.read_text()
+
+
+def test_no_listener_until_the_model_is_loaded_then_health_is_200(start):
+    # health_during_startup.txt: curl is refused while vLLM loads the model (no listener yet), then
+    # gets 200; never a 5xx or a hang in between. The stand-in is polled the same way, faster.
+    assert runs(recorded_polls("health_during_startup.txt")) == ["refused", 200]
+    began = time.monotonic()
+    server = start(env={"STANDIN_START_DELAY": "1.5"}, wait=False)
+    polls, refused_at, ends = [], 0.0, began + 15
+    while polls[-3:] != [(200, b"")] * 3 and time.monotonic() < ends:
+        polls.append(poll_health(server))
+        if polls[-1] == "refused":
+            refused_at = time.monotonic() - began
+        time.sleep(0.1)
+    assert runs(polls) == ["refused", (200, b"")], runs(polls)
+    # Refused for the whole load, not only while the interpreter starts: a socket that listened
+    # early would queue the polls and answer them late, with no refusal after the first 0.3 s.
+    assert refused_at >= 1.2, (refused_at, polls)
+
+
+def test_engine_death_health_200_then_refused_and_exit_0(start):
+    # health_after_engine_kill.txt: 200 while the engine lives; after it is killed the API server exits
+    # with status 0 and connections are refused. STANDIN_EXIT_AFTER plays it (STANDIN_EXIT_CODE unset).
+    assert runs(recorded_polls("health_after_engine_kill.txt")) == [200, "refused"]
+    server = start(env={"STANDIN_EXIT_AFTER": "1.5"})
+    polls, ends = [], time.monotonic() + 15
+    while polls[-5:] != ["refused"] * 5 and time.monotonic() < ends:
+        polls.append(poll_health(server))
+        time.sleep(0.1)
+    assert runs(polls) == [(200, b""), "refused"], runs(polls)
+    assert server.process.wait(5) == 0
+
+
+def test_sigterm_cuts_an_inflight_stream_and_refuses_new_connections(start):
+    # vLLM 0.8.5's serve_http (vllm/entrypoints/launcher.py) cancels the server task on SIGTERM: a
+    # stream in progress ends without data: [DONE] and without the last (zero-length) chunk, and the
+    # process exits 0. Slow tokens (0.2 s each, 40 of them: 8 s) keep the stream going meanwhile.
+    server = start(env={"STANDIN_ITL_MS": "200"}, args=["--api-key", KEY])
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        body = chat(max_tokens=40).encode()
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (KEY.encode(), len(body), body))
+        raw = b""
+        while raw.count(b"data: {") < 3:  # the role chunk and two tokens
+            piece = sock.recv(65536)
+            assert piece, raw
+            raw += piece
+        server.process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        try:
+            while True:
+                piece = sock.recv(65536)
+                if not piece:
+                    break
+                raw += piece
+        except (ConnectionResetError, socket.timeout):  # a reset also ends it; a silent hang fails below
+            pass
+        cut_after = time.monotonic() - signalled
+    assert cut_after < 2, "the stream went on %.1f s after SIGTERM" % cut_after
+    assert raw.startswith(b"HTTP/1.1 200") and b"data: [DONE]" not in raw
+    assert not raw.endswith(b"0\r\n\r\n")
+    assert server.process.wait(5) == 0
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
 
 
 def test_knob_exit_code(start):

@@ -69,6 +69,13 @@ the vLLM sources named below; all verified):
   (models_nokey.http); an unknown route: 404 {"detail": "Not Found"} (notfound.http); a method a
   route does not take (HEAD /health): 405 {"detail": "Method Not Allowed"} with Allow
   (health_head.http).
+- no listener until the model is loaded: connections are refused, then /health is 200 with an empty
+  body (health_during_startup.txt); after STANDIN_EXIT_AFTER's exit they are refused again
+  (health_after_engine_kill.txt: vLLM exits 0 seconds after its engine dies).
+- SIGTERM (or SIGINT): exit 0 at once, as vLLM 0.8.5's serve_http cancels its server task
+  (vllm/entrypoints/launcher.py): a stream in flight ends without data: [DONE] and without the
+  terminating zero-length chunk, and new connections are refused (read from the source: no recording).
+- /v1/models entries carry 0.8.5's ModelCard fields, with one ModelPermission (models.http).
 - metrics carry the model_name and engine labels (vllm-0.8.5 vllm/v1/metrics/loggers.py:141-145,
   in that order; metrics.http).
 Standard library only; Python 3.11 (Debian bookworm's python3).
@@ -157,6 +164,7 @@ def build_parser():
 
 
 class Server(ThreadingMixIn, HTTPServer):
+    # The exit on SIGTERM must not wait for handler threads: vLLM 0.8.5 cuts the streams in flight.
     daemon_threads = True
     allow_reuse_address = True
     # vLLM's uvicorn listens with a backlog of 2048; socketserver's default of 5 resets connections
@@ -174,6 +182,18 @@ def model_len_limit(args):
     except (IOError, OSError, ValueError, AttributeError):
         value = None
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 4096
+
+
+def model_card(name, root, max_model_len):
+    """One /v1/models entry: vLLM 0.8.5's ModelCard with one default ModelPermission
+    (vllm/entrypoints/openai/protocol.py, serving_models.py show_available_models; models.http)."""
+    now = int(time.time())
+    permission = {"id": "modelperm-%s" % uuid.uuid4().hex, "object": "model_permission", "created": now,
+                  "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+                  "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
+                  "organization": "*", "group": None, "is_blocking": False}
+    return {"id": name, "object": "model", "created": now, "owned_by": "vllm", "root": root, "parent": None,
+            "max_model_len": max_model_len, "permission": [permission]}
 
 
 def delay_ms(name, default):
@@ -298,10 +318,8 @@ def make_handler(args, api_key, served):
             elif path == "/version":
                 self.send_json(200, {"version": version})
             elif path == "/v1/models":
-                self.send_json(200, {"object": "list", "data": [
-                    {"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
-                     "root": args.model, "parent": None, "max_model_len": max_model_len}
-                    for name in served]})
+                self.send_json(200, {"object": "list", "data": [model_card(name, args.model, max_model_len)
+                                                                for name in served]})
             elif path == "/metrics":
                 self.send_metrics()
 
@@ -648,6 +666,9 @@ def main(argv=None):
                                                     "set" if api_key else "not set"))
 
     def stop(signum, _frame):
+        # vLLM 0.8.5's serve_http cancels the server task on SIGTERM (vllm/entrypoints/launcher.py):
+        # no drain. SystemExit ends serve_forever; the handler threads are daemons, so the process
+        # exits 0 at once, its sockets close, and a stream in flight ends without [DONE] or its last chunk.
         log("received signal %d, shutting down" % signum)
         sys.exit(0)
 
