@@ -20,7 +20,7 @@ description:
     C(port), C(model), C(state) V(ready) or V(out), C(why)), C(models) (each served model name's HAProxy backend and
     server names) and C(left_out) (hosts and instances that are not backends, with why).
   - An instance is V(ready) only after the rollout's smoke test passed on its host (or when no rollout ran, or
-    the rollout stopped before the host: the health checks judge it); a host whose rollout failed or was rolled
+    the rollout stopped before the host - the health checks judge it); a host whose rollout failed or was rolled
     back is V(out). A refused host is left out; an instance published on loopback only is left out unless the
     gateway is on its host.
 options:

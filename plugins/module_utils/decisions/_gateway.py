@@ -23,7 +23,8 @@ it, because vLLM's /health can answer before a completion works. So:
 - no rollout in this run (the gateway's playbook run alone): ``ready``, the health checks judge it.
 
 Addresses: the address the instance is published on (what the vllm_server role recorded this run,
-else the instance's ``bind_address`` in the plan, else the host's address). An instance published
+else the instance's ``bind_address`` in the plan, else the host's address from its facts; a host
+whose address is not known is left out, with why). An instance published
 on loopback only is reachable from a gateway on the same host only; from any other it is left out,
 with the variables to set.
 """
@@ -32,11 +33,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ipaddress
 import re
 
 _NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 _LOOPBACK_RE = re.compile(r"^(127\.|::1$|localhost$)")
-_WILDCARD = ("", "0.0.0.0", "::")
 DEFAULT_PORT = 8000
 
 
@@ -99,10 +100,20 @@ def _recorded(server, name):
     return {}
 
 
+def _unspecified(bind):
+    """True for an empty bind address or an unspecified one (every address of the host)."""
+    if not bind:
+        return True
+    try:
+        return ipaddress.ip_address(bind).is_unspecified
+    except ValueError:
+        return False
+
+
 def _address(bind, host_address):
     """The address to reach an instance published on ``bind``: the bind address, or the host's for a wildcard."""
     bind = "" if bind is None else str(bind).strip()
-    return host_address if bind in _WILDCARD else bind
+    return host_address if _unspecified(bind) else bind
 
 
 def host_backends(entry, gateway_host=None):
@@ -118,7 +129,7 @@ def host_backends(entry, gateway_host=None):
         codes = ", ".join(r.get("code", "?") for r in verdict.get("reasons") or [] if isinstance(r, dict))
         return [], [{"host": host, "why": "refused by the preflight%s" % (" (%s)" % codes if codes else "")}]
     state, why = readiness(_mapping(entry.get("rollout"), "%s: rollout" % host))
-    host_address = str(entry.get("address") or host)
+    host_address = str(entry.get("address") or "")
     backends, left_out = [], []
     for index, inst in enumerate(verdict.get("instances") or []):
         inst = _mapping(inst, "%s: verdict.instances[%d]" % (host, index))
@@ -126,6 +137,11 @@ def host_backends(entry, gateway_host=None):
         recorded = _recorded(entry.get("server"), name)
         bind = recorded.get("bind_address", inst.get("bind_address", entry.get("bind_default")))
         address = _address(bind, host_address)
+        if not address:
+            left_out.append({"host": host, "instance": name,
+                             "why": "its address is unknown: the rollout did not record one in this run and its "
+                                    "network facts could not be read (is it down or unreachable?)"})
+            continue
         if _LOOPBACK_RE.match(address) and host != gateway_host:
             left_out.append({"host": host, "instance": name,
                              "why": "published on loopback (%s) only, which the gateway on %s cannot reach: set "

@@ -99,6 +99,14 @@ def test_inputs_it_cannot_use_are_refused_with_what_to_give(entries, words):
         gateway_backends(entries)
 
 
+def test_a_host_whose_address_is_unknown_is_left_out_with_why():
+    view = G.plan_backends([entry("gpu01", address=None, bind_default="", rollout={"state": "not_reached"})])
+    assert view["backends"] == []
+    assert view["left_out"] == [{"host": "gpu01", "instance": "vllm", "why": (
+        "its address is unknown: the rollout did not record one in this run and its network facts could not be "
+        "read (is it down or unreachable?)")}]
+
+
 def test_names_are_safe_for_haproxy():
     assert G.server_name("gpu 01", "vllm/x") == "gpu_01-vllm_x"
     assert G.backend_name("org/Model:7b") == "model_org_Model_7b"
