@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Every role refuses bad input by name, before it does anything (the tests_invalid_input of
-linux-system-roles, for all eight roles).
+linux-system-roles, for all nine roles).
 
 Each case runs `ansible-playbook --check` on localhost (connection local, no facts gathered) with a
 play that includes one role and gives it one wrong-typed or invalid variable. The role's first task,
@@ -40,6 +40,7 @@ CASES = {
     "doctor": ("doctor_timeout", "soon", "unable to convert to int"),
     "benchmark": ("benchmark_runs", "many", "unable to convert to int"),
     "fleet_report": ("fleet_report_formats", ["pdf"], "must be one or more of: json, markdown, html"),
+    "gateway": ("gateway_port", "https", "unable to convert to int"),
 }
 
 
