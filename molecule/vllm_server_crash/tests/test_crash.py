@@ -32,30 +32,10 @@ def _redact(text, canaries):
     return text
 
 
-def _restarts(host, unit=UNIT):
-    """How often systemd restarted the unit (NRestarts)."""
-    return int(host.check_output("systemctl show --property NRestarts --value %s", unit))
-
-
 def _container(host, name=CONTAINER):
     """(Id, Image) of the container of that name."""
     ident, image = host.check_output("docker inspect --format %s %s", "{{.Id}} {{.Image}}", name).split()
     return ident, image
-
-
-def _smoke(call_module, url, model, **extra):
-    """Wait for the server at url to be healthy, list model and return a token; return the result."""
-    # openai_smoke is the collection's own module (the same health wait, model list and streamed
-    # completion the role runs after a deployment), so it runs on the host through Ansible. The API key
-    # is passed as a template of the inventory variable: its value never enters this process, a command
-    # line or a message (the module returns it masked).
-    args = {"url": url, "model": model, "api_key": "{{ vllm_server_api_key }}", "interval": 1}
-    args.update(extra)
-    result = call_module("labfleet.vllm.openai_smoke", args)
-    shown = dict((key, value) for key, value in result.items() if key != "invocation")
-    assert not shown.get("failed"), "openai_smoke %s (%s): %s" % (url, model, shown)
-    assert int(shown["completion_tokens"]) >= 1, shown
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -82,27 +62,28 @@ def second_before(host):
     return _container(host, "vllm-b")[0]
 
 
-def test_killed_container_comes_back_with_the_same_image(host, call_module, url, serving, second_before, wait_for):
+def test_killed_container_comes_back_with_the_same_image(host, smoke, unit_property, url, serving, second_before,
+                                                         wait_for):
     """docker kill (SIGKILL, exit 137): systemd restarts the unit, a new container of the same image answers."""
     before_id, image = serving
     assert second_before  # read now, before any crash; compared in the last test
-    restarts = _restarts(host)
+    restarts = int(unit_property("NRestarts"))
     host.check_output("docker kill %s", CONTAINER)
     wait_for("%s restarted after docker kill (NRestarts above %d)" % (UNIT, restarts),
-             lambda: _restarts(host) > restarts)
-    _smoke(call_module, url, MODEL, unit=UNIT, container=CONTAINER, health_timeout=60)
+             lambda: int(unit_property("NRestarts")) > restarts)
+    smoke(url, MODEL, unit=UNIT, container=CONTAINER, health_timeout=60)
     after_id, after_image = _container(host)
     assert after_id != before_id, "the killed container %s still runs" % before_id
     assert after_image == image, "the unit came back with image %s instead of %s" % (after_image, image)
 
 
-def test_clean_exit_is_restarted_too(host, call_module, url, secret_canaries, wait_for):
+def test_clean_exit_is_restarted_too(host, smoke, unit_property, url, secret_canaries, wait_for):
     """The server exits 0 (its SIGTERM handler): Restart=always restarts it all the same, and it answers."""
-    restarts = _restarts(host)
+    restarts = int(unit_property("NRestarts"))
     since = host.check_output("date +%s")
     host.check_output("docker exec %s python3 -c %s", CONTAINER, "import os, signal; os.kill(1, signal.SIGTERM)")
     wait_for("%s restarted although the server exited 0 (NRestarts above %d)" % (UNIT, restarts),
-             lambda: _restarts(host) > restarts)
+             lambda: int(unit_property("NRestarts")) > restarts)
 
     # The exit was a clean one: the server logged its own shutdown (only this run's journal is read).
     # Canaries replaced before the assertion: pytest shows the compared text when it fails.
@@ -115,10 +96,10 @@ def test_clean_exit_is_restarted_too(host, call_module, url, secret_canaries, wa
         time.sleep(3)  # journald may still be writing the unit's last lines
         text = journal()
     assert "received signal 15, shutting down" in text, "no clean shutdown in the journal of %s since @%s" % (UNIT, since)
-    _smoke(call_module, url, MODEL, unit=UNIT, container=CONTAINER, health_timeout=60)
+    smoke(url, MODEL, unit=UNIT, container=CONTAINER, health_timeout=60)
 
 
-def test_stop_leaves_nothing_and_a_stale_container_does_not_block_the_start(host, call_module, url, serving):
+def test_stop_leaves_nothing_and_a_stale_container_does_not_block_the_start(host, smoke, url, serving):
     """systemctl stop removes the container; a stale container named vllm is removed by ExecStartPre."""
     image = serving[1]
     host.check_output("systemctl stop %s", UNIT)
@@ -129,14 +110,14 @@ def test_stop_leaves_nothing_and_a_stale_container_does_not_block_the_start(host
     finally:
         # Started again whatever happened above: the next test, and the next verify, need it.
         host.check_output("systemctl start %s", UNIT)
-    _smoke(call_module, url, MODEL, unit=UNIT, container=CONTAINER, health_timeout=60)
+    smoke(url, MODEL, unit=UNIT, container=CONTAINER, health_timeout=60)
     final_id = _container(host)[0]
     assert final_id != stale, "the stale container %s runs instead of a new one" % stale
 
 
-def test_second_instance_undisturbed(host, call_module, default_address, second_before):
+def test_second_instance_undisturbed(host, smoke, default_address, second_before):
     """vllm-b kept its container through the crashes above and answers on its own port, as quasar-b."""
-    _smoke(call_module, "http://%s:%d" % (default_address, PORT_B), MODEL_B, health_timeout=30)
+    smoke("http://%s:%d" % (default_address, PORT_B), MODEL_B, health_timeout=30)
     second_now = _container(host, "vllm-b")[0]
     assert second_now == second_before, "vllm-b's container changed (%s, before %s)" % (second_now, second_before)
 

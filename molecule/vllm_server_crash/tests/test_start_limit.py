@@ -23,20 +23,16 @@ UNIT = "vllm.service"
 CONTAINER = "vllm"
 
 
-def _show(host, prop, unit=UNIT):
-    return host.check_output("systemctl show --property %s --value %s", prop, unit)
-
-
 def _running_container(host):
     """The Id of the running container named vllm, or ''."""
     return host.check_output("docker ps --quiet --no-trunc --filter %s", "name=^%s$" % CONTAINER)
 
 
 @pytest.fixture(scope="module")
-def exhausted(host, serve_again, wait_for):
+def exhausted(host, serve_again, wait_for, unit_property):
     """Kill the container each time it is back until systemd gives up; yields what was seen. Starts the
     unit again afterwards, whatever happened."""
-    burst = int(_show(host, "StartLimitBurst"))
+    burst = int(unit_property("StartLimitBurst"))
     assert burst >= 1, burst
     second_before = host.check_output("docker inspect --format %s vllm-b", "{{.Id}}")
     host.check_output("systemctl reset-failed %s", UNIT)
@@ -53,14 +49,14 @@ def exhausted(host, serve_again, wait_for):
             kills += 1
             # Wait until systemd has either started the unit again or given up on it.
             wait_for("%s restarted or given up after kill %d" % (UNIT, kills),
-                     lambda: (_show(host, "ActiveState") == "failed"
+                     lambda: (unit_property("ActiveState") == "failed"
                      or (_running_container(host) not in ("", container))))
-            if _show(host, "ActiveState") == "failed":
+            if unit_property("ActiveState") == "failed":
                 break
         # Wait three RestartSec (2 s in this scenario): a unit that gave up must not come back by itself.
         time.sleep(6)
-        state = {"active": _show(host, "ActiveState"), "result": _show(host, "Result"), "since": since,
-                 "restarts": int(_show(host, "NRestarts")), "container": _running_container(host),
+        state = {"active": unit_property("ActiveState"), "result": unit_property("Result"), "since": since,
+                 "restarts": int(unit_property("NRestarts")), "container": _running_container(host),
                  "burst": burst, "kills": kills, "second_before": second_before}
         yield state
     finally:
@@ -84,10 +80,10 @@ def test_the_journal_says_why_it_stopped(host, exhausted):
     assert text.count("Main process exited, code=exited, status=137") == exhausted["kills"], text[-3000:]
 
 
-def test_the_unit_carries_the_roles_bound(host):
+def test_the_unit_carries_the_roles_bound(unit_property):
     """The bound systemd applied is the role's (vllm_server_start_limit_burst, _interval_sec: 5 in 600 s)."""
-    assert _show(host, "StartLimitBurst") == "5"
-    assert _show(host, "StartLimitIntervalUSec") == "10min"
+    assert unit_property("StartLimitBurst") == "5"
+    assert unit_property("StartLimitIntervalUSec") == "10min"
 
 
 def test_only_this_server_was_bounded(host, exhausted):
