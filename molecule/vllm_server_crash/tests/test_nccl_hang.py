@@ -44,8 +44,12 @@ def hanging(host, serve_again, wait_for):
         since = host.check_output("date +%s")
         host.check_output("systemctl reset-failed %s", UNIT)
         host.check_output("systemctl restart %s", UNIT)
-        text = wait_for("the NCCL watchdog's timeout in the journal of %s" % UNIT,
-                        lambda: WATCHDOG in _journal_since(host, since) and _journal_since(host, since),
+
+        def watchdog_logged():
+            text = _journal_since(host, since)
+            return text if WATCHDOG in text else ""
+
+        text = wait_for("the NCCL watchdog's timeout in the journal of %s" % UNIT, watchdog_logged,
                         timeout=HANG_MS / 1000 + 60)
         yield since, text
     finally:
