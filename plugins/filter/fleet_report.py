@@ -48,6 +48,20 @@ options:
     type: str
     default: rollout
     choices: [rollout, preflight]
+  gateways:
+    description:
+      - One record per gateway host (the C(vllm_gateways) group) - C(host), C(result) (its C(gateway_result), from the
+        C(labfleet.vllm.gateway) role) and C(address) (where Prometheus reaches its exporter when that listens on every
+        address). They make the report's C(gateway) section (each gateway's backends, their planned state and
+        HAProxy's view of them, the drains the rollout performed) and add each exporter to C(scrape_targets).
+    type: list
+    elements: dict
+  gateway_load:
+    description:
+      - The figures of an upgrade under load (C(sent), C(failed), C(cut), C(refused), C(ttft_p50_s), C(ttft_p99_s), the
+        same before the upgrade, C(drain), C(concurrency), C(duration_s), C(url)) as C(scripts/gateway-load.py) writes
+        them; they go into C(gateway.upgrade_under_load). Unknown keys and values of the wrong type are left out.
+    type: dict
   previous:
     description:
       - The report document already on disk (the last rollout's). When given, the result is that document with
@@ -91,6 +105,10 @@ _value:
       C(health_s)) and C(failure) (rolled_back and failed hosts - C(step), C(msg), C(failed_instance),
       C(journal_tail)).
     - C(summary) holds C(hosts) (a count), C(by_outcome), C(by_state), C(allowed) and C(refused) (host names).
+    - C(gateway), when O(gateways) or O(gateway_load) is given - C(gateways) (each C(host), C(state), C(url),
+      C(backends) with C(planned), C(why), C(admin), C(up), C(in_flight), C(requests), C(errors_5xx), and C(left_out)),
+      C(drains) (C(host), C(instance), C(gateway), C(outcome), C(in_flight_at_start), C(in_flight_at_end),
+      C(waited_s)), C(summary) and C(upgrade_under_load).
     - C(doctor) and C(benchmark), when a record carries them - C(hosts) (each the host's record with C(host)) and
       C(summary) (C(hosts), and C(by_status) and C(problem) for the doctor, C(instances) for the benchmark).
   type: dict
@@ -105,11 +123,14 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._report im
 display = Display()
 
 
-def fleet_report(records, mode="rollout", previous=None):
+def fleet_report(records, mode="rollout", previous=None, gateways=None, gateway_load=None):
     """The fleet report document from a list of per-host records; with ``previous``, that document
-    with this run's doctor and benchmark sections merged in."""
+    with this run's doctor, benchmark and gateway sections merged in."""
+    if gateways is not None and not isinstance(gateways, list):
+        raise AnsibleFilterError("labfleet.vllm.fleet_report: gateways must be a list of gateway records, got %s"
+                                 % type(gateways).__name__)
     try:
-        fresh = build_report(records, mode=mode)
+        fresh = build_report(records, mode=mode, gateways=gateways, gateway_load=gateway_load)
         doc = fresh if previous is None else merge_report(previous, fresh)
     except ValueError as exc:
         raise AnsibleFilterError("labfleet.vllm.fleet_report: %s" % exc)

@@ -19,6 +19,14 @@ import json
 import math
 import re
 
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._gateway_report import (
+    LOAD_KEYS,
+    gateway_section,
+    gateway_targets,
+)
+from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._gateway_report import (
+    section_damage as gateway_damage,
+)
 from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._metrics import scrape_targets
 
 REPORT_FORMAT = 2
@@ -527,7 +535,23 @@ def merge_report(previous, fresh):
         hosts = dict((h["host"], h) for h in old["hosts"])
         hosts.update((h["host"], h) for h in fresh[key]["hosts"])
         out[key] = _section_doc(key, list(hosts.values()))
+    _merge_gateway(out, fresh.get("gateway"))
     return out
+
+
+def _merge_gateway(out, fresh):
+    """A later run's gateway section: its gateways replace the report's when it configured any (a doctor
+    or benchmark run does not), its upgrade-under-load figures replace the report's where it has them."""
+    if not isinstance(fresh, dict):
+        return
+    old = out.get("gateway") or {}
+    merged = dict(fresh) if (not old or fresh.get("gateways")) else dict(old)
+    for key in list(LOAD_KEYS.values()) + ["doctor"]:
+        if fresh.get(key) is not None and fresh.get(key) != {}:
+            merged[key] = fresh[key]
+        elif old.get(key):
+            merged[key] = old[key]
+    out["gateway"] = merged
 
 
 def _list_of_dicts(value, optional=True):
@@ -588,14 +612,19 @@ def report_damage(previous):
         problem = _section_damage(key, previous.get(key))
         if problem:
             return "is damaged (%s: %s)" % (key, problem)
+    problem = gateway_damage(previous.get("gateway"))
+    if problem:
+        return "is damaged (gateway: %s)" % problem
     return None
 
 
-def build_report(records, mode="rollout", collection="labfleet.vllm"):
+def build_report(records, mode="rollout", collection="labfleet.vllm", gateways=None, gateway_load=None):
     """The whole report document from a list of per-host records (see docs/fleet_report.md).
 
     A record's optional ``address`` (the host's ansible_host) is where Prometheus reaches an
-    instance published on every address; it goes into ``scrape_targets`` only.
+    instance published on every address; it goes into ``scrape_targets`` only. ``gateways``: one
+    record per gateway host ({host, result: its gateway_result, address}); ``gateway_load``: the
+    figures of an upgrade under load (scripts/gateway-load.py); both make the ``gateway`` section.
     """
     if mode not in MODES:
         raise ValueError("mode must be one of %s, got %r" % (", ".join(MODES), mode))
@@ -621,6 +650,14 @@ def build_report(records, mode="rollout", collection="labfleet.vllm"):
         },
         "scrape_targets": scrape_targets(entries, addresses),
     }
+    gateway_addresses = dict((_text(r.get("host")), _text(r.get("address"))) for r in gateways or []
+                             if isinstance(r, dict) and _text(r.get("address")))
+    groups, skipped = gateway_targets(gateways, gateway_addresses)
+    doc["scrape_targets"]["file_sd"].extend(groups)
+    doc["scrape_targets"]["skipped"].extend(skipped)
+    gateway = gateway_section(gateways, entries, gateway_load)
+    if gateway:
+        doc["gateway"] = gateway
     for key in SECTIONS:
         section = _section(records, key)
         if section:
