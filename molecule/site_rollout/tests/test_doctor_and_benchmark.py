@@ -4,7 +4,8 @@
   container_runtime role, the stand-in serving) is healthy on all five checks, its --gpus test
   container seeing both fake GPUs (the fake toolkit's hook mounts the fake nvidia-smi, as the real
   one mounts the driver's); the refused P100 host, which the rollout never touched, has a problem
-  named with its fix (no Docker, no toolkit). Nothing changes on any host; the report on the
+  named with its fix (no Docker, no toolkit); the gateway says why it keeps the rolled-back canary out
+  of rotation. Nothing changes on any host; the report on the
   controller gets a doctor section and keeps the rollout's outcomes.
 - playbooks/benchmark.yml, twice: the first run saves each serving instance's baseline, the second
   compares with it (A/B); each host gets a chart (a valid PNG) that the report links; the refused
@@ -24,6 +25,7 @@ import pytest
 CANARY = "rollout-canary"
 SECOND = "rollout-second"
 P100 = "rollout-p100"
+GATEWAY = "rollout-gateway"
 BENCH = {"benchmark_concurrency": [1, 4], "benchmark_runs": 2, "benchmark_max_tokens": 16}
 
 
@@ -78,7 +80,7 @@ def _doctor_host(doc, name):
 def test_doctor_ran_in_check_mode_and_changed_nothing(doctor_run, secret_canaries):
     assert doctor_run.returncode == 0, _shown(doctor_run, secret_canaries)
     stats = doctor_run.data["stats"]
-    assert sorted(stats) == [CANARY, P100, SECOND]
+    assert sorted(stats) == [CANARY, GATEWAY, P100, SECOND]
     assert all(s["failures"] == 0 for s in stats.values()), stats
     # Nothing changed on a host; the report play writes files on the controller only.
     assert doctor_run.changed_tasks(skip_plays=["Add the doctor section to the fleet report"]) == []
@@ -96,6 +98,17 @@ def test_doctor_says_the_canary_is_healthy(doctor_run, ops_dirs, secret_canaries
     gpu = findings[0]
     assert gpu["cause"].startswith("A --gpus all container lists the host's 2 GPU(s)"), gpu["cause"]
     assert "### %s: healthy" % CANARY in markdown
+
+
+def test_doctor_says_why_the_gateway_keeps_the_rolled_back_canary_out(doctor_run, ops_dirs, secret_canaries):
+    doc, markdown = _report(ops_dirs[0], secret_canaries)
+    findings = dict((f["server"], f) for f in doc["gateway"]["doctor"])
+    canary, second = findings["rollout-canary-vllm"], findings["rollout-second-vllm"]
+    assert canary["in_rotation"] is False and canary["status"] == "MAINT", canary
+    assert "rollout failed or was rolled back" in canary["cause"] and "run site.yml again" in canary["fix"], canary
+    assert second["in_rotation"] is True, second
+    assert "1 of 2 backend server(s) in rotation" in markdown
+    assert "model_quasar/rollout-canary-vllm (MAINT): kept out of rotation" in doctor_run.stdout
 
 
 def test_doctor_names_the_untouched_p100_hosts_problem_and_fix(doctor_run, ops_dirs, secret_canaries):

@@ -9,10 +9,14 @@ smoke test failed and it was rolled back; rollout-second was not reached and ser
   own key); another key gets the gateway's own 401; /health needs no key;
 - the runtime API socket, the keys' digests and the servers' key are root's only, and no key is in the
   configuration or the keys file;
-- HAProxy's Prometheus exporter answers, where Debian's build has it.
+- HAProxy's Prometheus exporter answers, where Debian's build has it;
+- the side effect ran under load (scripts/gateway-load.py through the gateway): the canary was drained
+  before it changed, rolled back and kept out, and not one request failed; the report's gateway section
+  shows the backends and that drain.
 """
 
 import json
+import os
 
 import pytest
 
@@ -113,3 +117,36 @@ def test_haproxys_prometheus_exporter_answers(host, http):
         pytest.skip("this HAProxy build has no Prometheus exporter")
     status, _hdrs, body = http("http://127.0.0.1:8405/metrics")
     assert status == 200 and 'haproxy_server_status{proxy="model_quasar",server="rollout-second-vllm"' in body, body[:500]
+
+
+def _eph_json(ephemeral_dir, name):
+    path = os.path.join(ephemeral_dir, name)
+    if not os.path.exists(path):
+        pytest.fail("%s is missing: the side effect has not run (molecule side-effect -s site_rollout)" % path)
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def test_the_failed_upgrade_under_load_dropped_no_request(ephemeral_dir):
+    """scripts/gateway-load.py streamed completions through the gateway for the whole side effect: the canary
+    was drained before it changed, its smoke test failed, it was rolled back and kept out of rotation."""
+    figures = _eph_json(ephemeral_dir, "load-under-rollout.json")
+    with open(os.path.join(ephemeral_dir, "load-under-rollout.txt")) as handle:
+        line = handle.read()
+    assert figures["sent"] >= 20 and figures["failed"] == 0, (figures, line)
+    assert "%d sent, 0 failed" % figures["sent"] in line
+
+
+def test_the_report_shows_the_gateway_and_the_canarys_drain(ephemeral_dir):
+    doc = _eph_json(ephemeral_dir, os.path.join("reports", "fleet-report.json"))
+    section = doc["gateway"]
+    (gateway,) = section["gateways"]
+    backends = dict((b["server"], b) for b in gateway["backends"])
+    assert gateway["host"] == "rollout-gateway" and gateway["state"] == "ok" and gateway["api_keys"] is True
+    assert backends[CANARY]["planned"] == "out" and backends[CANARY]["admin"] == "maint", backends[CANARY]
+    assert backends[SECOND]["planned"] == "ready" and backends[SECOND]["admin"] == "ready", backends[SECOND]
+    # Requests served since HAProxy last (re)started: the reload that wrote the canary disabled reset them.
+    assert isinstance(backends[SECOND]["requests"], int) and isinstance(backends[CANARY]["requests"], int)
+    (drain,) = section["drains"]
+    assert (drain["host"], drain["gateway"], drain["outcome"]) == ("rollout-canary", "rollout-gateway", "drained"), drain
+    assert drain["in_flight_at_end"] == 0 and 0 <= drain["waited_s"] < 120, drain
