@@ -108,7 +108,8 @@ def test_secrets_are_root_only_and_written_nowhere_in_clear(host, secret_canarie
     texts = [host.file(CONFIG).content_string, host.file("/etc/haproxy/labfleet-api-keys.sha256").content_string,
              host.file("/etc/haproxy/labfleet-models.map").content_string]
     assert not [s for s in secret_canaries if any(s in t for t in texts)], "a secret is in the gateway's files"
-    digests = host.file("/etc/haproxy/labfleet-api-keys.sha256").content_string.split()
+    lines = host.file("/etc/haproxy/labfleet-api-keys.sha256").content_string.splitlines()
+    digests = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
     assert len(digests) == 1 and len(digests[0]) == 64, "one SHA-256 digest per key"
 
 
