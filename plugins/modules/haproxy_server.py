@@ -153,6 +153,14 @@ in_flight_at_start:
   returned: unless O(state=query)
   type: int
   sample: 3
+others_in_rotation:
+  description:
+    - The other servers of the same backends in rotation when the command was sent. 0 when draining means no
+      other server takes its model's requests meanwhile (a batch holds every server of that model); null when
+      the server was not found.
+  returned: unless O(state=query)
+  type: int
+  sample: 1
 in_flight_at_end:
   description: Requests still in flight when the module returned (after the wait, or at its bound).
   returned: unless O(state=query)
@@ -275,7 +283,7 @@ def run_module(module):
     params = module.params
     name = params["server"] or (server_name(params["host"], params["instance"]) if params["host"] else "")
     result = {"changed": False, "server": name, "backends": [], "admin_before": "none", "in_flight_at_start": 0,
-              "in_flight_at_end": 0, "waited_s": 0.0, "servers": [], "weight": None}
+              "in_flight_at_end": 0, "waited_s": 0.0, "servers": [], "weight": None, "others_in_rotation": None}
     if not os.path.exists(params["socket"]):
         module.exit_json(outcome="no_gateway", msg="no HAProxy runtime API at %s (the gateway is not configured on this "
                                                    "host yet): nothing to do" % params["socket"], **result)
@@ -287,7 +295,9 @@ def run_module(module):
         module.exit_json(outcome="not_in_gateway", msg="the gateway has no server %s (not a backend yet): nothing to do"
                                                        % name, **result)
     result.update(backends=[row["backend"] for row in view], admin_before=view[0]["admin"],
-                  in_flight_at_start=in_flight(view), in_flight_at_end=in_flight(view))
+                  in_flight_at_start=in_flight(view), in_flight_at_end=in_flight(view),
+                  others_in_rotation=len([row for row in everyone if row["backend"] in [v["backend"] for v in view]
+                                          and row["server"] != name and row["admin"] == "ready" and row["up"]]))
     if params["share_percent"] is not None:
         others = [row["weight"] for row in everyone if row["backend"] in result["backends"] and row["server"] != name
                   and row["admin"] == "ready" and row["up"]]

@@ -186,6 +186,8 @@ def test_drain_waits_until_the_streams_in_flight_ended(api):
     assert (result["outcome"], result["changed"], result["admin_before"]) == ("drained", True, "ready")
     assert (result["in_flight_at_start"], result["in_flight_at_end"]) == (2, 0) and result["waited_s"] < 10
     assert result["backends"] == ["model_quasar"] and result["server"] == "rollout-canary-vllm"
+    # rollout-second-vllm took the requests meanwhile.
+    assert result["others_in_rotation"] == 1
 
 
 def test_drain_stops_waiting_at_its_bound_and_says_what_was_still_in_flight(api):
@@ -280,3 +282,10 @@ def test_a_share_of_the_traffic_is_a_weight_computed_from_the_servers_in_rotatio
     # Beside a server that is down, the canary would take everything: the weight is the highest.
     kind, result = module(api("up"), state="ready", host="rollout-canary", share_percent=10)
     assert kind == "exit" and result["weight"] == 256
+
+
+def test_draining_the_last_server_in_rotation_is_said(api):
+    # rollout-second-vllm is down (L4CON): draining the canary leaves no server of the model in rotation.
+    fake = api("up", moves={"set server %s state drain" % CANARY: "up"})
+    kind, result = module(fake, state="drain", host="rollout-canary")
+    assert kind == "exit" and result["others_in_rotation"] == 0, result
