@@ -156,7 +156,7 @@ class Load(object):
         with self.lock:
             figures = summarise(list(self.results), self.mark)
         figures.update(duration_s=round(time.monotonic() - self.started, 1), concurrency=self.args.concurrency,
-                       url=self.args.url, drain=self.args.drain == "on")
+                       url=self.args.url, drain={"on": True, "off": False}.get(self.args.drain))
         return figures
 
 
@@ -197,7 +197,8 @@ def parse_args(argv):
     parser.add_argument("--grace", type=float, default=30, help="seconds the requests in flight get at the stop")
     parser.add_argument("--key-file", help="YAML file with the key under --key-name, or the key alone")
     parser.add_argument("--key-name", default="vllm_server_api_key")
-    parser.add_argument("--drain", choices=["on", "off"], default="on", help="what the run measures (for the record)")
+    parser.add_argument("--drain", choices=["on", "off", "none"], default="none",
+                        help="whether the change measured drains the gateway (for the record; none: not an upgrade)")
     parser.add_argument("--label", default="upgrade under load", help="the printed line's first words")
     parser.add_argument("--out", help="write the figures here as JSON")
     args = parser.parse_args(argv)
@@ -214,9 +215,9 @@ def main(argv=None):
     signal.signal(signal.SIGINT, lambda *_: load.stopping.set())
     signal.signal(signal.SIGUSR1, lambda *_: setattr(load, "mark", time.monotonic()))
     figures = load.run()
-    print("%s (drain %s): %d sent, %d failed (%d cut, %d refused); time to first token p50 %s s, p99 %s s "
+    print("%s%s: %d sent, %d failed (%d cut, %d refused); time to first token p50 %s s, p99 %s s "
           "(before the change: %d sent, %d failed, p50 %s s, p99 %s s)"
-          % (args.label, args.drain, figures["sent"], figures["failed"], figures["cut"], figures["refused"],
+          % (args.label, "" if args.drain == "none" else " (drain %s)" % args.drain, figures["sent"], figures["failed"], figures["cut"], figures["refused"],
              figures["ttft_p50_s"], figures["ttft_p99_s"], figures["sent_before"], figures["failed_before"],
              figures["ttft_p50_before_s"], figures["ttft_p99_before_s"]))
     if args.out:

@@ -58,10 +58,11 @@ options:
     elements: dict
   gateway_load:
     description:
-      - The figures of an upgrade under load (C(sent), C(failed), C(cut), C(refused), C(ttft_p50_s), C(ttft_p99_s), the
+      - The figures of upgrades under load (C(sent), C(failed), C(cut), C(refused), C(ttft_p50_s), C(ttft_p99_s), the
         same before the upgrade, C(drain), C(concurrency), C(duration_s), C(url)) as C(scripts/gateway-load.py) writes
-        them; they go into C(gateway.upgrade_under_load). Unknown keys and values of the wrong type are left out.
-    type: dict
+        them, one mapping or a list; a run with C(drain) true goes into C(gateway.upgrade_under_load), one with it
+        false into C(gateway.upgrade_under_load_no_drain). Unknown keys and values of the wrong type are left out.
+    type: raw
   previous:
     description:
       - The report document already on disk (the last rollout's). When given, the result is that document with

@@ -46,7 +46,8 @@ def load(tmp_path, url, *args):
 def test_whole_streams_are_sent_and_none_failed_with_their_time_to_first_token(tmp_path):
     server = Standin(tmp_path, args=["--api-key", KEY], env={"STANDIN_TTFT_MS": "40"})
     try:
-        argv, out = load(tmp_path, server.url, "--concurrency", "3", "--max-requests", "9", "--max-tokens", "8")
+        argv, out = load(tmp_path, server.url, "--concurrency", "3", "--max-requests", "9", "--max-tokens", "8",
+                         "--drain", "on")
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     finally:
         server.stop()
