@@ -3,16 +3,19 @@
 #
 #   scripts/demo.sh [up]        make demo             start the lab and run site.yml on it
 #   scripts/demo.sh clean       make demo-clean       remove everything `up` made
-#   scripts/demo.sh screenshot  make demo-screenshot  docs/images/fleet-report.png from the HTML report
+#   scripts/demo.sh screenshot  make demo-screenshot  docs/images/fleet-report.png (and -gateway.png) from the HTML report
 #
 # `up` installs what it needs (.venv, a Docker engine, the Debian 12 base image), starts three
-# systemd containers with FAKE GPUs (test fixtures from tests/), writes inventories/sandbox/,
-# prepares the hosts (tests/sandbox/prepare.yml), then runs the real product command
+# systemd containers with FAKE GPUs (test fixtures from tests/) and a gateway container, writes
+# inventories/sandbox/, prepares the hosts (tests/sandbox/prepare.yml), then runs the real product command
 #   ansible-playbook site.yml -i inventories/sandbox
-# calls the served API once per deployed host and checks each host's outcome in the report; then
-# runs the read-only playbooks on the lab it left: playbooks/doctor.yml (a verdict and the fix per
-# check, per host) and playbooks/benchmark.yml (baseline or A/B, a chart per serving host), and
-# checks that the report links each chart.
+# calls the served API once per deployed host and once through the gateway, and checks each host's
+# outcome in the report. Then, while scripts/gateway-load.py streams completions through the gateway:
+# site.yml rolls the fleet to stand-in version 2 (the drain on: 0 failed expected), and back to 1 with
+# the drain off (the failures the drain prevents); the figures go into the report; one host's server is
+# killed (docker kill) and the gateway routes around it. Last, the read-only playbooks on the lab it
+# left: playbooks/doctor.yml (a verdict and the fix per check, per host) and playbooks/benchmark.yml
+# (baseline or A/B, a chart per serving host), and checks that the report links each chart.
 # Everything it starts carries the label org.labfleet.demo=1. A second `up` reuses the
 # containers, the image and the tarball.
 set -euo pipefail
@@ -23,13 +26,16 @@ label=org.labfleet.demo=1
 network=labfleet-demo
 inventory=inventories/sandbox
 hosts=(demo-v100-a demo-p100 demo-v100-b)
+gateway=demo-gateway
+# Streams at a time through the gateway while the fleet is upgraded or a host is killed.
+load_concurrency=4
 export PATH="${root}/.venv/bin:${PATH}" ANSIBLE_CONFIG="${root}/ansible.cfg" ANSIBLE_FORCE_COLOR=0 PY_COLORS=0
 
 started=$(date +%s)
 log() { printf '\ndemo [+%ss]: %s\n' "$(( $(date +%s) - started ))" "$*"; }
 
 up() {
-  local prepare=() tarball=.cache/sandbox/openai-standin-1.tar h ip
+  local prepare=() tarball=.cache/sandbox/openai-standin-2.tar h
 
   log "controller: .venv, Docker engine, base image"
   make --no-print-directory -s venv
@@ -57,14 +63,28 @@ up() {
 
   log "the served API, from this controller"
   for h in $(report_allowed); do
-    ip=$(docker inspect --format "{{ (index .NetworkSettings.Networks \"${network}\").IPAddress }}" "${h}")
-    call_api "${h}" "${ip}" || rc=1
+    call_api "${h}" "$(container_ip "${h}")" 8000 || rc=1
   done
 
   log "outcome per host (expected: ${inventory}/hosts.yml, found: reports/fleet-report.json)"
   check_outcomes || rc=1
 
   mkdir -p .cache/sandbox
+  log "the gateway (${gateway}): one address for the fleet"
+  call_api "${gateway}" "$(container_ip "${gateway}")" 8080 || rc=1
+
+  log "upgrade under load: site.yml rolls every serving host to stand-in version 2 while ${load_concurrency} streams run through the gateway"
+  upgrade_under_load 2 on || rc=1
+  log "the same without the drain (vllm_server_drain=false), back to version 1: the failures the drain prevents"
+  upgrade_under_load 1 off || rc=1
+  log "the figures into the report (playbooks/report.yml with fleet_report_update)"
+  ansible-playbook playbooks/report.yml -i "${inventory}" -e fleet_report_update=true \
+    -e @.cache/sandbox/gateway-load-vars.json >.cache/sandbox/report-update.log 2>&1 \
+    || { tail -n 20 .cache/sandbox/report-update.log; rc=1; }
+
+  log "a host killed under load (docker kill of demo-v100-a's server)"
+  killed_host demo-v100-a || rc=1
+
   log "ansible-playbook playbooks/doctor.yml -i ${inventory} --check (read-only diagnosis)"
   ansible-playbook playbooks/doctor.yml -i "${inventory}" --check >.cache/sandbox/doctor.log 2>&1 \
     || { tail -n 40 .cache/sandbox/doctor.log; rc=1; }
@@ -85,6 +105,85 @@ up() {
   return "${rc}"
 }
 
+container_ip() {
+  docker inspect --format "{{ (index .NetworkSettings.Networks \"${network}\").IPAddress }}" "$1"
+}
+
+# site.yml to stand-in version $1 with the drain on|off ($2) while scripts/gateway-load.py streams
+# completions through the gateway; its line is printed and its figures kept for the report.
+upgrade_under_load() {
+  local version=$1 drain=$2 pid rc=0 out=".cache/sandbox/upgrade-under-load-$2.json"
+  python3 scripts/gateway-load.py --url "http://$(container_ip "${gateway}"):8080" --model quasar \
+    --concurrency "${load_concurrency}" --max-tokens 100 --drain "${drain}" --out "${out}" \
+    --key-file "${inventory}/group_vars/vllm_hosts/api_key.yml" &
+  pid=$!
+  sleep 5
+  kill -USR1 "${pid}"
+  # With the drain, the canary also takes a 10 % share of the requests for 5 s before the next batch.
+  ansible-playbook site.yml -i "${inventory}" -e labfleet_sandbox_version="${version}" \
+    -e vllm_server_drain="$([ "${drain}" = on ] && echo true || echo false)" \
+    -e labfleet_rollout_canary_share="$([ "${drain}" = on ] && echo 10 || echo 0)" -e labfleet_rollout_canary_soak_s=5 \
+    >".cache/sandbox/upgrade-${drain}.log" 2>&1 || { tail -n 30 ".cache/sandbox/upgrade-${drain}.log"; rc=1; }
+  python3 - reports/fleet-report.json <<'EOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for d in (doc.get("gateway") or {}).get("drains", []):
+    print("  drain of %s/%s in %s: %s after %s s (%s in flight at the start, %s at the end)" % (
+        d["host"], d["instance"], d["gateway"], d["outcome"], d["waited_s"], d["in_flight_at_start"], d["in_flight_at_end"]))
+for h in doc["hosts"]:
+    canary = (h.get("rollout_status") or {}).get("canary")
+    if canary:
+        print("  canary %s: a %s %% share (weight %s) for %s s: %s request(s), %s error(s)" % (
+            h["host"], canary["share_percent"], canary["weights"], canary["soak_s"], canary["requests"], canary["errors"]))
+EOF
+  sleep 3
+  kill -TERM "${pid}"
+  wait "${pid}" || rc=1
+  python3 - .cache/sandbox/upgrade-under-load-on.json .cache/sandbox/upgrade-under-load-off.json \
+    .cache/sandbox/gateway-load-vars.json <<'EOF'
+import json, os, sys
+runs = [json.load(open(p)) for p in sys.argv[1:3] if os.path.exists(p)]
+json.dump({"fleet_report_gateway_load": runs}, open(sys.argv[3], "w"))
+EOF
+  # With the drain, nothing may fail.
+  if [ "${drain}" = on ] && ! python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["failed"] != 0)' "${out}"; then
+    echo "  EXPECTED 0 failed with the drain"
+    rc=1
+  fi
+  return "${rc}"
+}
+
+# docker kill of host $1's server under load: failed requests (at most those in flight on it), when the
+# gateway stopped sending it requests, and that it came back only after it served again.
+killed_host() {
+  local host=$1 pid rc=0 out=.cache/sandbox/killed-host.json
+  python3 scripts/gateway-load.py --url "http://$(container_ip "${gateway}"):8080" --model quasar \
+    --concurrency "${load_concurrency}" --max-tokens 100 --label "host killed under load" --out "${out}" \
+    --key-file "${inventory}/group_vars/vllm_hosts/api_key.yml" &
+  pid=$!
+  sleep 4
+  python3 scripts/lib/killed_host_watch.py "${gateway}" "${host}" "$(container_ip "${host}")" "${pid}" \
+    >.cache/sandbox/killed-host-watch.json || rc=1
+  sleep 3
+  kill -TERM "${pid}"
+  wait "${pid}" || rc=1
+  python3 - "${out}" .cache/sandbox/killed-host-watch.json <<'EOF' || rc=1
+import json, sys
+load, watch = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+interval_s = 1.0  # gateway_health_interval_ms of the sandbox's vllm_gateways
+late = [o for o in load["failed_offsets_s"] if o > 2 * interval_s]
+ok = (load["failed"] <= watch["in_flight_at_kill"] and not late and watch["in_rotation_s"] is not None
+      and watch["serving_again_s"] is not None and watch["in_rotation_s"] >= watch["serving_again_s"])
+print("  %d request(s) in flight on it at the kill, %d failed (they began at %s s from the kill; none may begin later "
+      "than 2 health-check intervals, %.0f s); the gateway marked it DOWN after %s s; it served again (its /health) "
+      "after %s s and was back in rotation after %s s: %s"
+      % (watch["in_flight_at_kill"], load["failed"], load["failed_offsets_s"], 2 * interval_s, watch["marked_down_s"],
+         watch["serving_again_s"], watch["in_rotation_s"], "as expected" if ok else "NOT AS EXPECTED"))
+sys.exit(0 if ok else 1)
+EOF
+  return "${rc}"
+}
+
 # The hosts the report says are allowed (the ones site.yml deployed to).
 report_allowed() {
   python3 -c 'import json; print(" ".join(json.load(open("reports/fleet-report.json"))["summary"]["allowed"]))'
@@ -92,11 +191,11 @@ report_allowed() {
 
 # One chat completion with the API key, as a client of the lab would make it.
 call_api() {
-  python3 - "$1" "$2" "${inventory}/group_vars/vllm_hosts/api_key.yml" <<'EOF'
+  python3 - "$1" "$2" "$3" "${inventory}/group_vars/vllm_hosts/api_key.yml" <<'EOF'
 import json, sys, urllib.request, yaml
-host, ip, key_file = sys.argv[1:]
+host, ip, port, key_file = sys.argv[1:]
 key = yaml.safe_load(open(key_file))["vllm_server_api_key"]
-url = "http://%s:8000/v1/chat/completions" % ip
+url = "http://%s:%s/v1/chat/completions" % (ip, port)
 body = {"model": "quasar", "max_tokens": 16, "messages": [{"role": "user", "content": "Say hello to the lab."}]}
 req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                              headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
@@ -210,6 +309,10 @@ screenshot() {
   "${browser}" --headless --no-sandbox --disable-gpu --hide-scrollbars --screenshot="${out}" \
     --window-size=1800,1000 "file://${root}/${html}" 2>/dev/null
   echo "demo-screenshot: ${root}/${out}"
+  # The gateway section (the page scrolled to its anchor).
+  "${browser}" --headless --no-sandbox --disable-gpu --hide-scrollbars --screenshot="${out%.png}-gateway.png" \
+    --window-size=1800,1100 "file://${root}/${html}#gateway" 2>/dev/null
+  echo "demo-screenshot: ${root}/${out%.png}-gateway.png"
 }
 
 case "${1:-up}" in

@@ -19,9 +19,16 @@ TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 LAB_CHOICES = ("image", "model_path")
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as Ansible reads it here: ``!unsafe`` is a string that is never templated."""
+
+
+_Loader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+
+
 def _load(*parts):
     with open(os.path.join(TOP, *parts)) as handle:
-        return yaml.safe_load(handle)
+        return yaml.load(handle, Loader=_Loader)  # noqa: S506 (a SafeLoader with one more string tag)
 
 
 def _role_defaults():
