@@ -73,10 +73,10 @@ up() {
   log "the gateway (${gateway}): one address for the fleet"
   call_api "${gateway}" "$(container_ip "${gateway}")" 8080 || rc=1
 
-  log "upgrade under load: site.yml rolls every serving host to stand-in version 2 while ${load_concurrency} streams run through the gateway"
-  upgrade_under_load 2 on || rc=1
-  log "the same without the drain (vllm_server_drain=false), back to version 1: the failures the drain prevents"
-  upgrade_under_load 1 off || rc=1
+  log "upgrade under load without the drain (vllm_server_drain=false): site.yml rolls every serving host to stand-in version 2 while ${load_concurrency} streams run through the gateway - the failures the drain prevents"
+  upgrade_under_load 2 off || rc=1
+  log "the same with the drain (and the canary's 10 % share), back to version 1"
+  upgrade_under_load 1 on || rc=1
   log "the figures into the report (playbooks/report.yml with fleet_report_update)"
   ansible-playbook playbooks/report.yml -i "${inventory}" -e fleet_report_update=true \
     -e @.cache/sandbox/gateway-load-vars.json >.cache/sandbox/report-update.log 2>&1 \
@@ -309,9 +309,19 @@ screenshot() {
   "${browser}" --headless --no-sandbox --disable-gpu --hide-scrollbars --screenshot="${out}" \
     --window-size=1800,1000 "file://${root}/${html}" 2>/dev/null
   echo "demo-screenshot: ${root}/${out}"
-  # The gateway section (the page scrolled to its anchor).
+  # The gateway section alone: the page's head and that section, in a copy (headless chromium does not
+  # scroll to an anchor before it takes the picture).
+  python3 - "${html}" .cache/sandbox/fleet-report-gateway.html <<'EOF'
+import sys
+page = open(sys.argv[1], encoding="utf-8").read()
+start = page.index('<h2 id="gateway">')
+end = min([i for i in (page.find('<h2 id="doctor">', start), page.find('<h2 id="benchmark">', start)) if i > 0]
+          or [page.index("</body>")])
+head = page[:page.index("<body>") + len("<body>")]
+open(sys.argv[2], "w", encoding="utf-8").write(head + page[start:end] + "</body></html>\n")
+EOF
   "${browser}" --headless --no-sandbox --disable-gpu --hide-scrollbars --screenshot="${out%.png}-gateway.png" \
-    --window-size=1800,1100 "file://${root}/${html}#gateway" 2>/dev/null
+    --window-size=1800,900 "file://${root}/.cache/sandbox/fleet-report-gateway.html" 2>/dev/null
   echo "demo-screenshot: ${root}/${out%.png}-gateway.png"
 }
 
