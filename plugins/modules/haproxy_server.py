@@ -193,13 +193,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.labfleet.vllm.plugins.module_utils.clients._haproxy import (
     RuntimeApiError,
     all_up,
+    annotate,
     ask,
     checked_name,
-    diagnose,
     in_flight,
+    others_in_rotation,
     parse_servers_state,
     parse_stat,
-    server_view,
     set_state_command,
     set_weight_command,
     share_weight,
@@ -212,11 +212,7 @@ def read_view(module, name):
     sock, timeout = module.params["socket"], module.params["timeout_s"]
     rows = parse_stat(ask(sock, "show stat", timeout))
     states = parse_servers_state(ask(sock, "show servers state", timeout))
-    everyone = []
-    for row in rows:
-        for item in server_view([row], states, row["server"]):
-            item["diagnosis"] = diagnose(item)
-            everyone.append(item)
+    everyone = annotate(rows, states)
     return everyone, [row for row in everyone if row["server"] == name] if name else []
 
 
@@ -294,14 +290,11 @@ def run_module(module):
     if not view:
         module.exit_json(outcome="not_in_gateway", msg="the gateway has no server %s (not a backend yet): nothing to do"
                                                        % name, **result)
+    others = others_in_rotation(everyone, name)
     result.update(backends=[row["backend"] for row in view], admin_before=view[0]["admin"],
-                  in_flight_at_start=in_flight(view), in_flight_at_end=in_flight(view),
-                  others_in_rotation=len([row for row in everyone if row["backend"] in [v["backend"] for v in view]
-                                          and row["server"] != name and row["admin"] == "ready" and row["up"]]))
+                  in_flight_at_start=in_flight(view), in_flight_at_end=in_flight(view), others_in_rotation=len(others))
     if params["share_percent"] is not None:
-        others = [row["weight"] for row in everyone if row["backend"] in result["backends"] and row["server"] != name
-                  and row["admin"] == "ready" and row["up"]]
-        params["weight"] = share_weight(params["share_percent"], others)
+        params["weight"] = share_weight(params["share_percent"], [row["weight"] for row in others])
     wanted = params["state"]
     result["weight"] = params["weight"]
     result["changed"] = (any(row["admin"] != wanted for row in view)

@@ -128,19 +128,26 @@ def admin_state(admin):
     return "ready"
 
 
-def server_view(stat_rows, states, server):
-    """Every backend row of ``server`` with its administrative and operational state:
-    [{backend, server, admin, up, status, scur, stot, weight, ...}] ([] when HAProxy has no such server)."""
+def annotate(stat_rows, states):
+    """Every server row of ``show stat`` with its administrative and operational state (from ``show servers
+    state``) and why it is out of rotation when it is: [{backend, server, admin, up, status, scur, stot, weight,
+    ..., diagnosis}]."""
     out = []
     for row in stat_rows:
-        if row["server"] != server:
-            continue
         state = states.get((row["backend"], row["server"]), {})
         item = dict(row)
         item["admin"] = admin_state(state.get("admin", 0))
         item["up"] = state.get("op") == OP_RUNNING
+        item["diagnosis"] = diagnose(item)
         out.append(item)
     return out
+
+
+def others_in_rotation(rows, server):
+    """The rows of the other servers in rotation (ready, checks passing) in the backends ``server`` is in."""
+    backends = set(row["backend"] for row in rows if row["server"] == server)
+    return [row for row in rows if row["backend"] in backends and row["server"] != server
+            and row["admin"] == "ready" and row["up"]]
 
 
 # Why the health checks judge a server down (show stat's check_status), and what to look at.
@@ -164,7 +171,8 @@ _CHECK_CAUSES = {
 
 
 def diagnose(row):
-    """{in_rotation, cause, fix} of one server row (as server_view gives it): why it takes no request."""
+    """{in_rotation, cause, fix} of one server row (with its admin and up, as annotate gives them): why it takes
+    no request."""
     if row.get("admin") == "maint":
         return {"in_rotation": False,
                 "cause": "kept out of rotation (maintenance): its host's rollout failed or was rolled back, or the "

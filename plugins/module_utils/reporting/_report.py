@@ -23,8 +23,6 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._gateway_r
     LOAD_KEYS,
     gateway_section,
     gateway_targets,
-)
-from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._gateway_report import (
     section_damage as gateway_damage,
 )
 from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._metrics import scrape_targets
