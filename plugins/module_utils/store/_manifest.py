@@ -426,14 +426,14 @@ def model_description(directory):
     return gate_input(model), quantization, config
 
 
-def build_manifest(directory, name, revision, rehash=False, source=None, created=None, workers=None):
+def build_manifest(directory, name, revision, rehash=False, source=None, created=None, workers=None, cache=None):
     """(manifest, state, stats) of ``directory``: the manifest dict (validated), the hash cache to keep
     beside it, and {hashed_bytes, hashed_files, files, seconds}. Files whose size and mtime_ns equal the
-    hash cache's keep their sha256 unless ``rehash``."""
+    hash cache's (``directory``'s own, or ``cache``, a state read elsewhere) keep their sha256 unless ``rehash``."""
     started = time.monotonic()
     check_name(name, "name")
     check_name(revision, "revision")
-    state = read_state(os.path.join(directory, HASH_STATE_FILE))
+    state = cache if cache is not None else read_state(os.path.join(directory, HASH_STATE_FILE))
     listed = scan_dir(directory)
     known, jobs = {}, []
     for rel, info in listed:
@@ -527,7 +527,9 @@ def _stage_from_src(path, src, name, revision, source, rehash, force, check_mode
         raise ManifestError("src=%s is not a directory; point src at the model directory to add" % src)
     if src == path or src.startswith(path + os.sep) or path.startswith(src + os.sep):
         raise ManifestError("src=%s and path=%s overlap; copy from a directory outside the store" % (src, path))
-    src_manifest, _src_state, stats = build_manifest(src, name, revision, rehash, source, workers=workers)
+    # src's files keep the sha256 the store's copy recorded while their size and mtime_ns (copied along) match
+    cache = read_state(os.path.join(path, HASH_STATE_FILE)) if os.path.isdir(path) else None
+    src_manifest, _src_state, stats = build_manifest(src, name, revision, rehash, source, workers=workers, cache=cache)
     existing = None
     if os.path.lexists(path):
         if not os.path.isdir(path) or os.path.islink(path):
@@ -599,3 +601,62 @@ def ensure_revision(path, name=None, revision=None, src=None, source=None, rehas
         "files": len(manifest["files"]), "hashed_bytes": stats["hashed_bytes"], "gate": manifest["gate"],
         "name": name, "revision": revision, "seconds": round(time.monotonic() - started, 3), "manifest": manifest,
     }
+
+
+def verify_revision(path, full=False, workers=None):
+    """Check a store revision against its manifest: {manifest_sha256, files, total_bytes, hashed_bytes,
+    seconds, missing, mismatched, extra} (lists of paths). ``full`` hashes every file; otherwise the hash
+    cache is trusted for files whose size and mtime_ns it recorded."""
+    started = time.monotonic()
+    manifest, text = read_manifest_file(os.path.join(path, MANIFEST_FILE))
+    if manifest is None:
+        raise ManifestError("%s has no %s; add the revision first (python3 scripts/model-store.py add)"
+                            % (path, MANIFEST_FILE))
+    state = read_state(os.path.join(path, HASH_STATE_FILE))
+    listed = dict(scan_dir(path))
+    missing, mismatched, known, jobs = [], [], {}, []
+    for entry in manifest["files"]:
+        info = listed.get(entry["path"])
+        if info is None:
+            missing.append(entry["path"])
+        elif info.st_size != entry["size"]:
+            mismatched.append(entry["path"])
+        else:
+            digest = None if full else recorded_sha256(state, entry["path"], info)
+            if digest is None:
+                jobs.append((entry["path"], os.path.join(path, entry["path"]), info))
+            else:
+                known[entry["path"]] = digest
+    known.update(hash_files(jobs, workers))
+    mismatched.extend(e["path"] for e in manifest["files"] if e["path"] in known and known[e["path"]] != e["sha256"])
+    wanted = set(e["path"] for e in manifest["files"])
+    return {"manifest_sha256": manifest_sha256(text), "files": len(manifest["files"]),
+            "total_bytes": manifest["total_bytes"], "hashed_bytes": sum(job[2].st_size for job in jobs),
+            "seconds": time.monotonic() - started, "missing": missing, "mismatched": sorted(mismatched),
+            "extra": sorted(p for p in listed if p not in wanted)}
+
+
+def list_store(root):
+    """[{name, revision, files, total_bytes, manifest_sha256, created, source}] of every revision below
+    ``root`` with a manifest (a revision whose manifest is not valid gets ``error``)."""
+    found = []
+    for name in sorted(os.listdir(root)):
+        model_dir = os.path.join(root, name)
+        if name.startswith(".") or not os.path.isdir(model_dir):
+            continue
+        for revision in sorted(os.listdir(model_dir)):
+            manifest_path = os.path.join(model_dir, revision, MANIFEST_FILE)
+            if revision.startswith(".") or not os.path.lexists(manifest_path):
+                continue
+            row = {"name": name, "revision": revision}
+            try:
+                manifest, text = read_manifest_file(manifest_path)
+            except ManifestError as exc:
+                row["error"] = str(exc)
+            else:
+                source = manifest["source"]
+                row.update(files=len(manifest["files"]), total_bytes=manifest["total_bytes"],
+                           manifest_sha256=manifest_sha256(text), created=manifest["created"],
+                           source="%s/%s" % (source["name"], source["revision"]) if source else None)
+            found.append(row)
+    return found

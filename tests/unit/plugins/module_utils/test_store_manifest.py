@@ -249,3 +249,55 @@ def test_hashing_runs_in_parallel_threads(tmp_path, monkeypatch):
     manifest, _state, stats = M.build_manifest(path, "m", "r1")
     assert stats["hashed_files"] == len(manifest["files"]) == 11 and len(seen) >= 1
     assert all(name.startswith("ThreadPoolExecutor") for name in seen)
+
+
+def test_rerun_with_src_hashes_nothing(tmp_path):
+    src = model(str(tmp_path / "src"))
+    dest = str(tmp_path / "store" / "m" / "r1")
+    M.ensure_revision(dest, src=src)
+    again = M.ensure_revision(dest, src=src)
+    assert not again["changed"] and again["hashed_bytes"] == 0
+
+
+def test_verify_revision_finds_missing_damaged_and_extra_files(tmp_path):
+    path = model(str(tmp_path / "m" / "r1"), {"a.bin": b"a" * 100, "b.bin": b"b" * 100})
+    M.ensure_revision(path)
+    ok = M.verify_revision(path)
+    assert (ok["missing"], ok["mismatched"], ok["extra"], ok["hashed_bytes"]) == ([], [], [], 0)
+    assert M.verify_revision(path, full=True)["hashed_bytes"] == sizes(path)
+    os.unlink(os.path.join(path, "a.bin"))
+    info = os.stat(os.path.join(path, "b.bin"))
+    with open(os.path.join(path, "b.bin"), "wb") as handle:
+        handle.write(b"c" * 100)
+    os.utime(os.path.join(path, "b.bin"), ns=(info.st_atime_ns, info.st_mtime_ns))
+    open(os.path.join(path, "new.bin"), "w").write("n")
+    quick = M.verify_revision(path)
+    assert quick["missing"] == ["a.bin"] and quick["mismatched"] == [] and quick["extra"] == ["new.bin"]
+    assert M.verify_revision(path, full=True)["mismatched"] == ["b.bin"]
+    with pytest.raises(M.ManifestError, match="add the revision first"):
+        M.verify_revision(str(tmp_path / "m"))
+
+
+def test_model_store_script(tmp_path, capsys):
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "scripts", "model-store.py")
+    with open(script) as handle:
+        assert not handle.readline().startswith("#!")
+    spec = importlib.util.spec_from_file_location("labfleet_model_store_script", script)
+    S = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(S)
+    src = model(str(tmp_path / "src"))
+    root = str(tmp_path / "store")
+    assert S.main(["add", src, "--store", root, "--name", "m", "--revision", "r1"]) == 0
+    assert capsys.readouterr().out.startswith("added m/r1: 3 files, 2.9 MB, manifest sha256 ")
+    assert S.main(["add", src, "--store", root, "--name", "m", "--revision", "r1"]) == 0
+    assert "unchanged m/r1" in capsys.readouterr().out
+    assert S.main(["verify", "--store", root, "--name", "m", "--revision", "r1", "--full"]) == 0
+    assert "GB/s" in capsys.readouterr().out
+    assert S.main(["list", "--store", root]) == 0
+    assert capsys.readouterr().out.startswith("m/r1: 3 files, 2.9 MB, sha256 ")
+    with open(os.path.join(root, "m", "r1", "config.json"), "a") as handle:
+        handle.write(" ")
+    assert S.main(["verify", "--store", root, "--name", "m", "--revision", "r1"]) == 1
+    assert "damaged (size or sha256): config.json" in capsys.readouterr().out
+    assert S.main(["add", src, "--store", root, "--name", "m", "--revision", "../x"]) == 1
+    assert "revision must be" in capsys.readouterr().err
