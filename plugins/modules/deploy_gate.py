@@ -72,7 +72,11 @@ description:
     V(INSTANCE_GPUS_UNAVAILABLE) an instance names a GPU index the host lacks;
     V(FP16_FALLBACK_NOT_APPLICABLE) and V(GPTQ_REPACK_NOT_APPLICABLE) C(request.serving_path) is V(fp16_fallback)
     or V(gptq_repack) but the checkpoint is not NVFP4; V(INSUFFICIENT_DISK) the FP16 or GPTQ copy of an NVFP4
-    checkpoint does not fit on the filesystem it goes to;
+    checkpoint, or the model revision fetched from the model store (O(request) C(model_store)), does not fit on
+    the filesystem it goes to; V(MODEL_STORE_UNREACHABLE) the host could not read the revision's manifest from the
+    model store (no answer, a timeout, an HTTP error other than 404); V(MODEL_NOT_IN_STORE) the store answered 404:
+    it has no such name or revision; V(MODEL_MANIFEST_INVALID) the store's manifest is not a
+    C(labfleet.model-manifest/1) document for that name and revision;
     V(GPU_RUNTIME_BLOCKED) the host's NVIDIA container runtime would not start a C(--gpus) container at all
     (from O(host), see C(container_runtime) in the result)."
   - "Reason codes from vLLM's startup validation (docs/deploy_gate.md lists each check with its source
@@ -126,7 +130,8 @@ description:
     V(DRIVER_NOT_MANAGED) C(request.driver.manage) is false, the installed driver was judged;
     V(NVFP4_FP16_FALLBACK) the NVFP4 checkpoint is served from its FP16 copy; V(NVFP4_GPTQ_REPACK) it is served
     from its GPTQ int4 copy (C(--quantization gptq)); V(FP16_COPY_DISK_UNCHECKED) and V(GPTQ_COPY_DISK_UNCHECKED)
-    the free disk space where the copy goes is unknown (the converter checks it)."
+    the free disk space where the copy goes is unknown (the converter checks it); V(MODEL_DISK_UNCHECKED) the free
+    disk space where the model revision from the store goes is unknown (the fetch checks it)."
   - "Memory plan: usable bytes per GPU = memory_total x gpu_memory_utilization (default 0.9) minus the
     reserve vLLM itself subtracts, modelled per model and arguments from vLLM's profile run (the
     activation peak of max_num_batched_tokens tokens, the logits and sampler, cuBLAS and NCCL; 1536 MiB
@@ -258,7 +263,10 @@ options:
         smallest group size that fits), C(fp16_model_path) (str, where the FP16 copy goes; default
         C(model_path) with V(-fp16) appended), C(gptq_model_path) (str, where the GPTQ copy goes; default
         C(model_path) with V(-gptq) and the group size appended), C(gptq_group_size) (int, V(16), V(32), V(64) or
-        V(128); V(0) or empty, the gate picks the smallest that fits)."
+        V(128); V(0) or empty, the gate picks the smallest that fits), C(model_store) (C(url), C(name), C(revision);
+        C(url) V(http://models.lab:8080), http or https with host, optional port and path, no credentials, empty for
+        no store; C(name) and C(revision) one path segment of letters, digits and C(. _ + -), at most 128; see
+        O(model_store))."
       - O(driver_version) is then the installed driver; the gate judges the driver the plan leaves on the host.
     type: dict
   host:
@@ -290,6 +298,21 @@ options:
         free space of the filesystem they go to).
       - When omitted and O(request) is given, the module measures both on the host (the manifest of
         M(labfleet.vllm.nvfp4_repack) in each directory; the free space of the closest existing parent).
+    type: dict
+  model_store:
+    description:
+      - "With O(request) C(model_store): the model store's answer for the revision's manifest
+        (C(<url>/<name>/<revision>/labfleet-manifest.json)), as the preflight's M(ansible.builtin.uri) GET from the
+        host returned it - C(status) (int; -1 for no answer), C(content) (str, the manifest's text as served) and
+        C(msg) (str). Other keys are ignored."
+      - When O(model) is empty, the manifest's C(gate) is the model the plan judges (and is recorded as
+        C(verdict.made_from.model)). No answer, a status other than 200 or a manifest that cannot be read refuses
+        the host (V(MODEL_STORE_UNREACHABLE), V(MODEL_NOT_IN_STORE), V(MODEL_MANIFEST_INVALID)).
+      - C(disk_free_bytes) (int) and C(complete) (bool, the revision is published at
+        C(<model_path>.revisions/<revision>), the fetch's state file C(.labfleet-fetch.json) is in it) describe where a
+        natively served revision is fetched to; when omitted the module measures them on the host (the free space of
+        the closest existing parent). A converted copy's disk is that of O(fp16_copy) or
+        O(gptq_copy).
     type: dict
 notes:
   - The policy's data, its sources and confidence levels are in
@@ -515,7 +538,9 @@ verdict:
           - What the rollout will do on the host, per step C(driver), C(runtime), C(image), C(model), C(server).
           - "Each has C(action) and C(why). Actions: driver V(keep), V(install), V(replace) (C(current) ->
             C(target)) or V(refuse); runtime V(keep) or V(install); image V(keep) or V(pull) (C(ref), C(digest),
-            C(judged_from)); model V(keep) or V(stage) (C(path)); server V(deploy) (C(instances)). On a refused host
+            C(judged_from)); model V(keep) or V(stage) (C(path)), with a model store V(fetch) or V(keep) (C(path),
+            C(dest), C(name), C(revision), C(store); a copy's step V(fetch), not V(convert)); server V(deploy)
+            (C(instances)). On a refused host
             every step is V(refuse) (C(reasons): the codes that block it) or V(skip), with C(planned_action)."
           - "With C(host.driver_packages) and C(host.distribution) the driver step also carries C(installed) (the
             driver version the installed packages carry), C(kernel_module), C(source), C(source_why), C(distro) and
@@ -586,6 +611,22 @@ verdict:
             when they differ; the doctor asks the gate about other memory settings with them.
         returned: success
         type: dict
+      model_store:
+        description:
+          - "What the host fetches from the model store (O(request) C(model_store)); null without a store.
+            C(url), C(name), C(revision) (the request's), C(manifest_url), C(manifest_sha256) (sha256 of the manifest's
+            text as served; null when it was not read), C(total_bytes) (the revision's, from its manifest),
+            C(fetch) (C(revision) - the revision itself, or the copy the store's converter makes once,
+            V(<revision>+fp16) or V(<revision>+gptq-g<G>) - C(dest), the directory the unit serves, and C(bytes), the
+            planned size; null when the manifest was not read), C(disk_free_bytes) and C(disk_needed_bytes) (0 when
+            it is already on the host)."
+        returned: success
+        type: dict
+        sample: {"url": "http://models.lab:8080", "name": "quasar", "revision": "2026-11-30",
+                 "manifest_url": "http://models.lab:8080/quasar/2026-11-30/labfleet-manifest.json",
+                 "manifest_sha256": "9f2c...", "total_bytes": 5960000000,
+                 "fetch": {"revision": "2026-11-30+fp16", "dest": "/srv/models/model-fp16", "bytes": 16060522496},
+                 "disk_free_bytes": 500000000000, "disk_needed_bytes": 16060522496}
       previous:
         description:
           - Only in a plan made again by the preflight role's re-check entry (C(tasks_from=recheck)) - the plan
@@ -604,6 +645,12 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import 
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import has_control_chars
 # labfleet.vllm.nvfp4_repack's manifest in a finished GPTQ copy.
 from ansible_collections.labfleet.vllm.plugins.module_utils.converters._gptq import GROUP_SIZES, MANIFEST_FILE as GPTQ_COPY_MANIFEST
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._model_store import (
+    FETCH_STATE_FILE,
+    revision_dir,
+    store_model,
+)
+from ansible_collections.labfleet.vllm.plugins.module_utils.store._manifest import NAME_RE as STORE_NAME_RE
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._plan import (
     FP16_COPY_MANIFEST,
     fp16_copy_path,
@@ -612,18 +659,24 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._plan impo
 )
 
 
-def _copy_paths(request, key):
-    """(model_path, the request's own path for the copy or None), or None when either is unusable."""
-    if not isinstance(request, dict):
-        return None
-    model_path = request.get("model_path")
-    given = request.get(key)
+def _model_path(request):
+    """request.model_path when it is an absolute one-line path, else None."""
+    model_path = request.get("model_path") if isinstance(request, dict) else None
     if not isinstance(model_path, str) or not model_path.strip().startswith("/") or has_control_chars(model_path):
         return None     # the plan reports the malformed path (a NUL would make os.statvfs raise)
+    return model_path.strip()
+
+
+def _copy_paths(request, key):
+    """(model_path, the request's own path for the copy or None), or None when either is unusable."""
+    model_path = _model_path(request)
+    if model_path is None:
+        return None
+    given = request.get(key)
     if given is not None and not (isinstance(given, str) and (not given.strip() or given.strip().startswith("/"))
                                   and not has_control_chars(given)):
         return None
-    return model_path.strip(), given.strip().rstrip("/") if given and given.strip() else None
+    return model_path, given.strip().rstrip("/") if given and given.strip() else None
 
 
 def _free_bytes(path):
@@ -659,6 +712,26 @@ def measure_gptq_copy(request):
             "disk_free_bytes": free}
 
 
+def measure_model_store(request, answer):
+    """The store's answer (the preflight's GET of the manifest) with what is measured on the host
+    beside it where the caller did not give it: disk_free_bytes (the filesystem of
+    <model_path>.revisions/<revision>) and complete (published there: the fetch's state file is in it). The
+    answer as given when the request names no usable model path or store revision."""
+    answer = dict(answer) if isinstance(answer, dict) else answer
+    model_path = _model_path(request)
+    store = request.get("model_store") if isinstance(request, dict) else None
+    revision = store.get("revision") if isinstance(store, dict) else None
+    if not isinstance(answer, dict) or model_path is None or not isinstance(revision, str) \
+            or not STORE_NAME_RE.match(revision.strip()) or revision.strip() in (".", ".."):
+        return answer
+    where = revision_dir(model_path, revision.strip())
+    if answer.get("disk_free_bytes") is None:
+        answer["disk_free_bytes"] = _free_bytes(where)
+    if answer.get("complete") is None:
+        answer["complete"] = os.path.isfile(os.path.join(where, FETCH_STATE_FILE))
+    return answer
+
+
 # The inputs a plan records as what it was made from (verdict.made_from).
 MADE_FROM = ("gpus", "driver_version", "cuda_driver_version", "nvlink", "driver_library_mismatch", "lost_gpus",
              "image", "model", "policy", "host")
@@ -681,16 +754,19 @@ def main():
             host=dict(type="dict", default={}),
             fp16_copy=dict(type="dict"),
             gptq_copy=dict(type="dict"),
+            model_store=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
     params = module.params
+    # With request.model_store and no model read on the host, the plan judges the store's manifest.
+    model = store_model(params["model"], params["request"], params["model_store"])
     try:
         verdict = plan(
             gpus=params["gpus"],
             driver_version=params["driver_version"],
             image=image_gate_view(params["image"]),
-            model=params["model"],
+            model=model,
             vllm=params["vllm"],
             policy_overrides=params["policy"],
             nvlink=params["nvlink"],
@@ -701,11 +777,13 @@ def main():
             lost_gpus=params["lost_gpus"],
             fp16_copy=params["fp16_copy"] if params["fp16_copy"] is not None else measure_fp16_copy(params["request"]),
             gptq_copy=params["gptq_copy"] if params["gptq_copy"] is not None else measure_gptq_copy(params["request"]),
+            model_store=measure_model_store(params["request"], params["model_store"]),
         )
     except GateInputError as exc:
         module.fail_json(msg="deploy_gate: invalid input: %s" % exc)
 
     verdict["made_from"] = dict((key, params[key]) for key in MADE_FROM)
+    verdict["made_from"]["model"] = model
     module.exit_json(changed=False, verdict=verdict)
 
 

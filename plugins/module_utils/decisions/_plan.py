@@ -50,6 +50,13 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.converters._gptq imp
     GROUP_SIZES as GPTQ_GROUP_SIZES,
     repacked_tensor_bytes,
 )
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._model_store import (
+    STORE_REASON_CODES,
+    STORE_WARNING_CODES,
+    fetch_record,
+    read_store,
+    store_request,
+)
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import require_cuda_enforcement
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes._model import repacked_model_bytes
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
@@ -82,8 +89,11 @@ PLAN_REASON_CODES = {
                            "with GPUs the way vllm_server asks for them (docker --gpus).",
     "FP16_FALLBACK_NOT_APPLICABLE": "request.serving_path is fp16_fallback but the checkpoint is not NVFP4.",
     "GPTQ_REPACK_NOT_APPLICABLE": "request.serving_path is gptq_repack but the checkpoint is not NVFP4.",
-    "INSUFFICIENT_DISK": "The FP16 or GPTQ copy of an NVFP4 checkpoint does not fit on the filesystem it goes to.",
+    "INSUFFICIENT_DISK": "The FP16 or GPTQ copy of an NVFP4 checkpoint, or the model revision fetched from the model "
+                         "store, does not fit on the filesystem it goes to.",
 }
+# The model store's reasons and warning (request.model_store; _model_store.py).
+PLAN_REASON_CODES.update(STORE_REASON_CODES)
 PLAN_WARNING_CODES = {
     "DRIVER_NOT_MANAGED": "The driver is not managed by the rollout; the gate judged the installed one.",
     "NVFP4_FP16_FALLBACK": "The NVFP4 checkpoint cannot be served natively here; vllm_server dequantizes it to an "
@@ -96,6 +106,7 @@ PLAN_WARNING_CODES = {
     "GPTQ_COPY_DISK_UNCHECKED": "The free disk space for the GPTQ copy is unknown; the converter checks it "
                                 "before it writes anything.",
 }
+PLAN_WARNING_CODES.update(STORE_WARNING_CODES)
 
 # How the checkpoint is served (request.serving_path; plan serving_path): as it is, or (an NVFP4
 # checkpoint on GPUs the image's vLLM has no FP4 kernels for) from a copy made once on the host:
@@ -138,6 +149,9 @@ STEP_OF_CODE = {
     "GPTQ_REPACK_NOT_APPLICABLE": "model",
     "INSUFFICIENT_DISK": "model",
     "MODEL_INCOMPLETE": "model",
+    "MODEL_STORE_UNREACHABLE": "model",
+    "MODEL_NOT_IN_STORE": "model",
+    "MODEL_MANIFEST_INVALID": "model",
 }
 STEPS = ("driver", "runtime", "image", "model", "server")
 
@@ -329,7 +343,7 @@ def normalize_request(request, vllm=None):
     """
     request = to_mapping(request, "request", "image, image_digest, model_path, served_model_name, vllm_args, "
                                              "enforce_eager, extra_args, instances, driver, serving_path, "
-                                             "fp16_model_path, gptq_model_path, gptq_group_size")
+                                             "fp16_model_path, gptq_model_path, gptq_group_size, model_store")
     out = {}
     for key in ("image", "image_digest", "model_path", "served_model_name"):
         text = to_str(request.get(key), "request.%s" % key, allow_numbers=False)
@@ -342,6 +356,10 @@ def normalize_request(request, vllm=None):
                              % short_text(out["image_digest"]))
     (out["serving_path"], out["fp16_model_path"], out["gptq_model_path"],
      out["gptq_group_size"]) = _serving_request(request, out["model_path"])
+    out["model_store"] = store_request(request.get("model_store"))
+    if out["model_store"] and not out["model_path"]:
+        raise GateInputError("request.model_path: the model store's revisions are fetched to request.model_path "
+                             "(request.model_store.url is set): give the model directory, e.g. /srv/models/model")
     base = _check_args(vllm, "vllm", strict=False)
     base.update(_check_args(request.get("vllm_args"), "request.vllm_args"))
     out["enforce_eager"] = _enforce_eager_value(base.pop("enforce_eager", request.get("enforce_eager")),
@@ -657,21 +675,25 @@ def _version_of(value):
 
 def plan(gpus=None, driver_version=None, image=None, model=None, vllm=None, policy_overrides=None,
          nvlink=None, driver_library_mismatch=False, cuda_driver_version=None, request=None, host=None,
-         today=None, lost_gpus=None, fp16_copy=None, gptq_copy=None):
+         today=None, lost_gpus=None, fp16_copy=None, gptq_copy=None, model_store=None):
     """The verdict as a plan of the target state. Returns evaluate()'s keys (allowed, reasons,
     warnings, effective_vllm, plan, driver_requirements, policy_version) for the first instance
     and the whole host, plus steps, instances, serving_path, serving, target, deployment and
     summary. ``fp16_copy`` ({complete, disk_free_bytes}) describes the FP16 copy's directory
     (request.fp16_model_path) for the NVFP4 fallback, ``gptq_copy`` ({complete_paths (the GPTQ copy
-    directories with a finished manifest), disk_free_bytes}) the GPTQ copy's for the repack. Raises
-    GateInputError, and only that, on malformed input."""
+    directories with a finished manifest), disk_free_bytes}) the GPTQ copy's for the repack.
+    ``model_store`` (with request.model_store): the store's answer for the revision's manifest
+    ({status, content, msg}, the preflight's GET from the host) and {disk_free_bytes, complete} of
+    <model_path>.revisions/<revision>; the manifest's ``gate`` is the model when ``model`` is empty.
+    Raises GateInputError, and only that, on malformed input."""
     return input_errors_only(_plan, gpus, driver_version, image, model, vllm, policy_overrides, nvlink,
                              driver_library_mismatch, cuda_driver_version, request, host, today, lost_gpus,
-                             fp16_copy, gptq_copy)
+                             fp16_copy, gptq_copy, model_store)
 
 
 def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, driver_library_mismatch,
-          cuda_driver_version, request, host, today, lost_gpus=None, fp16_copy=None, gptq_copy=None):
+          cuda_driver_version, request, host, today, lost_gpus=None, fp16_copy=None, gptq_copy=None,
+          model_store=None):
     if today is None:
         today = datetime.date.today()
     # Without a request (deploy_gate's older callers) the installed driver is judged as it is.
@@ -685,6 +707,11 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
                                  % (key, short_text(value)))
     image = to_mapping(image, "image", "cuda_version, require_cuda, arch_list, quantization_methods, vllm_version")
     model = to_mapping(model, "model", "weight_bytes, num_hidden_layers, ...")
+    # With a model store the manifest's gate is the model, unless the caller read the model itself.
+    store = req["model_store"]
+    store_read = read_store(store, model_store) if store else None
+    if store_read and store_read["manifest"] and not model:
+        model = dict(store_read["manifest"]["gate"])
     fp16_copy = to_mapping(fp16_copy, "fp16_copy", "complete, disk_free_bytes")
     gptq_copy = to_mapping(gptq_copy, "gptq_copy", "complete_paths, disk_free_bytes")
     if gptq_copy.get("complete_paths") is not None:
@@ -729,6 +756,8 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
                   driver_library_mismatch=driver_library_mismatch if keep else False)
 
     reasons, warnings = [], []
+    if store_read and store_read["reason"]:
+        reasons.append(store_read["reason"])
     if runtime.get("blocked"):
         reasons.append({"code": "GPU_RUNTIME_BLOCKED", "message": runtime["blocked"]})
     if "problems" in driver_step:
@@ -748,6 +777,11 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
     _add_unique(reasons, chosen["reasons"])
     _add_unique(warnings, serving.pop("warnings"))
     _add_unique(warnings, chosen["warnings"])
+    store_record = None
+    if store:
+        store_record, store_reasons, store_warnings = fetch_record(store, store_read, serving, model_store)
+        _add_unique(reasons, store_reasons)
+        _add_unique(warnings, store_warnings)
     allowed = not reasons
 
     if not allowed:
@@ -755,7 +789,7 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
         if quiet:
             # Refused for reasons that have nothing to do with how the checkpoint is served.
             serving["why"] = None
-    steps = _steps(req, driver_step, image, model, host, instances, reasons, allowed, serving)
+    steps = _steps(req, driver_step, image, model, host, instances, reasons, allowed, serving, store_record)
     deployment = dict((k, req[k]) for k in ("image", "image_digest", "model_path", "served_model_name"))
     deployment["instance_names"] = [i["name"] for i in instances]
     # What the unit mounts at /model: the checkpoint, or its FP16 copy.
@@ -783,6 +817,7 @@ def _plan(gpus, driver_version, image, model, vllm, policy_overrides, nvlink, dr
         },
         "deployment": deployment,
         "container_runtime": runtime,
+        "model_store": store_record,
     }
     out["summary"] = summary(out)
     return out
@@ -1339,7 +1374,26 @@ def _copy_step(copy, dest, kind, convert_why):
             else convert_why}
 
 
-def _steps(req, driver_step, image, model, host, instances, reasons, allowed, serving=None):
+def _store_step(step, store):
+    """The model step when the model comes from the model store (request.model_store): fetch what
+    the plan serves, the revision or the copy the store's converter makes once, or keep it."""
+    fetch = store["fetch"]
+    what = "%s/%s" % (store["name"], fetch["revision"])
+    complete = store["disk_needed_bytes"] == 0
+    size = "%.1f GB" % (fetch["bytes"] / 1e9) if fetch["bytes"] is not None else "size unknown"
+    step.update(action="keep" if complete else "fetch", dest=fetch["dest"], name=store["name"],
+                revision=fetch["revision"], store=store["url"],
+                why="%s from the model store is already on the host at %s" % (what, fetch["dest"]) if complete
+                else "%s (%s) is fetched from the model store %s to %s before the server starts"
+                % (what, size, store["url"], fetch["dest"]))
+    for key in ("fp16_copy", "gptq_copy"):
+        if step.get(key):
+            # Converted once on the store's host, after the preflight: nothing is converted here.
+            step[key].update(action=step["action"], why="the model store's converter makes %s once from %s/%s; "
+                             "this host fetches it, it converts nothing" % (what, store["name"], store["revision"]))
+
+
+def _steps(req, driver_step, image, model, host, instances, reasons, allowed, serving=None, store=None):
     steps = {}
     driver = dict(driver_step)
     steps["driver"] = driver
@@ -1388,6 +1442,9 @@ def _steps(req, driver_step, image, model, host, instances, reasons, allowed, se
                                                                        serving["gptq_model_path"]))
         steps["model"]["gptq_copy"]["group_size"] = group
 
+    if store and store.get("fetch"):
+        _store_step(steps["model"], store)
+
     steps["server"] = {"action": "deploy", "instances": [i["name"] for i in instances],
                        "why": "the vllm_server role writes one unit per instance with the argv of this plan, "
                               "restarts it when it changed, and smoke-tests it"}
@@ -1417,13 +1474,18 @@ def summary(verdict):
         parts.append("keep driver %s" % driver["current"])
     parts.append("%s Docker + toolkit" % steps["runtime"]["action"])
     parts.append("%s %s" % (steps["image"]["action"], steps["image"]["ref"] or "the image"))
-    parts.append("%s model %s" % (steps["model"]["action"], steps["model"]["path"] or "?"))
-    copy = steps["model"].get("fp16_copy")
-    if copy:
+    model = steps["model"]
+    parts.append("%s %s/%s from the model store %s %s" % (model["action"], model["name"], model["revision"],
+                                                          "to" if model["action"] == "fetch" else "at", model["dest"])
+                 if "revision" in model else "%s model %s" % (model["action"], model["path"] or "?"))
+    # A copy from the model store is the model part above; one made on the host is said here.
+    store = "revision" in model
+    copy = model.get("fp16_copy")
+    if copy and not store:
         parts.append(("dequantize NVFP4 to FP16 at %s" if copy["action"] == "convert" else "keep the FP16 copy at %s")
                      % copy["dest"])
-    copy = steps["model"].get("gptq_copy")
-    if copy:
+    copy = model.get("gptq_copy")
+    if copy and not store:
         parts.append(("repack NVFP4 to GPTQ int4 (group size %s) at %s" % (copy["group_size"], copy["dest"])
                       if copy["action"] == "convert" else "keep the GPTQ copy at %s" % copy["dest"]))
     parts.append("deploy %s" % ", ".join(

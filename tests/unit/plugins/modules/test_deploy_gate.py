@@ -184,7 +184,7 @@ def test_documentation_parses_and_matches_argument_spec():
     assert str(doc["version_added"]) == "0.1.0"
     assert set(doc["options"]) == {"gpus", "driver_version", "cuda_driver_version", "nvlink",
                                    "driver_library_mismatch", "lost_gpus", "image", "model", "vllm", "policy",
-                                   "request", "host", "fp16_copy", "gptq_copy"}
+                                   "request", "host", "fp16_copy", "gptq_copy", "model_store"}
     yaml.safe_load(deploy_gate.EXAMPLES)
     returned = yaml.safe_load(deploy_gate.RETURN)
     # One object, every field once: nothing beside the verdict, and what it contains is what it returns.
