@@ -43,15 +43,22 @@ CASES = {
     "gateway": ("gateway_port", "https", "unable to convert to int"),
 }
 
+# More cases of one role: (role, variable, bad value, what the message says besides the variable's name).
+MORE_CASES = [
+    # A misspelt key of the model store (issue 26) is refused before the preflight asks any store.
+    ("preflight", "preflight_deployment",
+     {"model_store": {"url": "http://models.lab:8080", "name": "quasar", "revison": "2026-11-30"}},
+     "preflight_deployment.model_store.revison. Supported parameters include: name, revision, url"),
+]
+
 
 def test_every_role_has_a_case():
     assert sorted(CASES) == sorted(d for d in os.listdir(os.path.join(TOP, "roles"))
                                    if os.path.isdir(os.path.join(TOP, "roles", d)))
 
 
-@pytest.mark.parametrize("role", sorted(CASES))
-def test_role_refuses_bad_input_by_name(role, tmp_path):
-    variable, value, says = CASES[role]
+@pytest.mark.parametrize("role,variable,value,says", [(role,) + CASES[role] for role in sorted(CASES)] + MORE_CASES)
+def test_role_refuses_bad_input_by_name(role, variable, value, says, tmp_path):
     marker = tmp_path / "a task of the role ran"
     play = [{
         "name": "Feed %s a bad %s" % (role, variable),
@@ -75,7 +82,8 @@ def test_role_refuses_bad_input_by_name(role, tmp_path):
     out = done.stdout
     assert done.returncode == 2, out
     assert "Validation of arguments failed" in out, out
-    assert "'%s'" % variable in out or " %s " % variable in out, out
+    # A key inside a dict variable is named with the variable's: preflight_deployment.model_store.x.
+    assert "'%s'" % variable in out or " %s " % variable in out or "%s." % variable in out, out
     assert says in out, out
     # The include itself is the one task that is ok; of the role only its validation ran.
     tasks = [line for line in out.splitlines() if line.startswith("TASK [")]
