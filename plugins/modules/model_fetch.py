@@ -25,6 +25,8 @@ description:
     HTTP range request on the next run (the store's nginx answers 206); a store that ignores ranges makes
     it start over (counted in C(restarts)). A file whose size or sha256 differs from the manifest is
     fetched once more from zero, then the task fails naming it.
+  - A file that another fetched revision under C(<dest>.revisions/) holds with the same sha256 and size
+    (verified there) is hard-linked instead of fetched again.
   - The link switches only after every file was verified; until then it points where it pointed before.
   - A published revision whose file was damaged (changed size or mtime; with O(verify=full) any changed
     byte) is repaired copy-on-write - a new directory gets hard links of the good files and the damaged
@@ -173,6 +175,12 @@ files_fetched:
   type: int
 files_verified:
   description: Files found in place and verified, not downloaded.
+  returned: always
+  type: int
+files_reused:
+  description:
+    - Files not fetched but hard-linked from another revision under C(<dest>.revisions/) that holds the same
+      content (same sha256 and size, verified there as O(verify) says).
   returned: always
   type: int
 files_repaired:

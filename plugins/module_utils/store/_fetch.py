@@ -20,7 +20,9 @@ Layout on the serving host (``dest`` is the model path the vLLM container bind-m
   ``<file>.part`` in the staging directory, resumed with ``Range: bytes=<n>-`` when a .part is there
   (206 with a matching Content-Range expected; a 200 starts over), written and fsync'd chunk by chunk,
   hashed as it comes, and checked (size, sha256) before it is renamed to its name. A mismatch starts
-  the file over once, then fails naming it.
+  the file over once, then fails naming it. A file another published revision holds with the same
+  sha256 and size (verified there) is hard-linked instead of fetched (``files_reused``); so a damaged
+  shared file shows in both revisions, and each repairs it into a new file.
 - A damaged file of a published revision is repaired copy-on-write: a new staging directory gets
   hard links of the good files and the file fetched again, and is published whole; a directory a
   server may be reading is never written into. When the link points at the revision being repaired,
@@ -59,6 +61,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.store._manifest impo
     ManifestError,
     StoreError,
     check_name,
+    check_path,
     fsync_dir,
     hash_files,
     manifest_sha256,
@@ -152,7 +155,7 @@ class Fetch(object):
             context.verify_mode = ssl.CERT_NONE
         self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
         self.progress = {"bytes_fetched": 0, "bytes_resumed": 0, "restarts": 0, "files_fetched": 0,
-                         "files_verified": 0, "files_repaired": []}
+                         "files_verified": 0, "files_reused": 0, "files_repaired": []}
 
     def fail(self, msg):
         raise FetchError(msg, dict(self.progress))
@@ -217,6 +220,17 @@ class Fetch(object):
             wanted = dict((entry["path"], entry["sha256"]) for entry in files)
             good.update((rel, info) for rel, _full, info in jobs if hashes[rel] == wanted[rel])
         return good
+
+    def verified_copy(self, path, entry):
+        """``path`` (a file of another revision with the entry's sha256 and size) when still good: quick
+        trusts the other revision's state (already checked by reusable_files), full hashes it."""
+        if path is None or self.verify == "quick":
+            return path
+        try:
+            info = os.lstat(path)
+            return path if hash_files([(path, path, info)])[path] == entry["sha256"] else None
+        except (OSError, ManifestError):
+            return None
 
     # -- download ------------------------------------------------------------------------------
 
@@ -400,6 +414,30 @@ def _hardlink_tree(src, dst):
             _link_or_copy(full, os.path.join(dst, os.path.relpath(full, src)))
 
 
+def reusable_files(run):
+    """{(sha256, size): path} of the files of the other published revisions under ``run.revs`` whose size and
+    mtime_ns are those their fetch recorded after checking their sha256: hard-linked instead of fetched
+    again (a revision shares its tokenizer, or most of its files, with the one before)."""
+    found = {}
+    if not os.path.isdir(run.revs):
+        return found
+    for entry in sorted(os.listdir(run.revs)):
+        directory = os.path.join(run.revs, entry)
+        if entry.startswith(".") or entry == run.revision or os.path.islink(directory) or not os.path.isdir(directory):
+            continue
+        state = read_state(os.path.join(directory, STATE_FILE))
+        for rel in sorted(state["files"]):
+            try:
+                check_path(rel, directory)
+                info = os.lstat(os.path.join(directory, rel))
+            except (ManifestError, OSError):
+                continue
+            digest = recorded_sha256(state, rel, info) if _is_regular(info) else None
+            if digest:
+                found.setdefault((digest, info.st_size), os.path.join(directory, rel))
+    return found
+
+
 def _free_base(path):
     while not os.path.exists(path):
         path = os.path.dirname(path)
@@ -470,16 +508,22 @@ def fetch_revision(url, name, revision, dest, keep_revisions=2, verify="quick", 
     else:
         staged_state = read_state(os.path.join(run.staging, STATE_FILE)) if os.path.isdir(run.staging) else None
         good_staged = run.good_files(run.staging, files, staged_state) if staged_state is not None else {}
+        elsewhere = reusable_files(run)
         for entry in files:
             if entry["path"] in good_staged:
                 plan["keep"].append(entry)
             elif entry["path"] in good_final:
-                plan["link"].append(entry)
+                plan["link"].append((entry, os.path.join(run.final, entry["path"])))
             else:
-                plan["fetch"].append(entry)
                 if final_state is not None and os.path.lexists(os.path.join(run.final, entry["path"])):
                     run.progress["files_repaired"].append(entry["path"])
-        run.progress["files_verified"] = len(plan["keep"]) + len(plan["link"])
+                other = run.verified_copy(elsewhere.get((entry["sha256"], entry["size"])), entry)
+                if other:
+                    plan["link"].append((entry, other))
+                    run.progress["files_reused"] += 1
+                else:
+                    plan["fetch"].append(entry)
+        run.progress["files_verified"] = len(plan["keep"]) + len(plan["link"]) - run.progress["files_reused"]
     pending_bytes = sum(e["size"] - _part_size(run.staging, e) for e in plan["fetch"])
     keep = set([revision] + ([previous] if previous else []) + list(protect or []))
     pruned, leftovers = prune_plan(run.revs, keep_revisions, keep, revision)
@@ -535,10 +579,11 @@ def _fill_staging(run, plan, files, sha):
     state_path = os.path.join(run.staging, STATE_FILE)
     state = read_state(state_path)
     state.update(format=STATE_FORMAT, name=run.name, revision=run.revision, manifest_sha256=sha)
-    for entry in plan["link"]:
-        _link_or_copy(os.path.join(run.final, entry["path"]), os.path.join(run.staging, entry["path"]))
+    for entry, source in plan["link"]:
+        _link_or_copy(source, os.path.join(run.staging, entry["path"]))
         state["files"][entry["path"]] = state_entry(os.lstat(os.path.join(run.staging, entry["path"])),
                                                     entry["sha256"])
+    write_state(state_path, state)
     for entry in plan["fetch"]:
         state["files"].pop(entry["path"], None)
         run.download(entry, run.staging)

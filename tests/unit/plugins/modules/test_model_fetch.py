@@ -284,8 +284,9 @@ def test_link_switches_only_when_the_new_revision_is_complete(store, tmp_path):
     assert sorted(os.listdir(str(dest) + ".revisions")) == [".r2.partial", "r1"]
     result = fetch(store, dest, revision="r2")
     assert os.readlink(str(dest)) == "model.revisions/r2" and result["previous"] == "r1"
-    # config.json was finished before the drop: kept; extra.bin resumed; the rest fetched
-    assert result["files_verified"] == 1 and result["files_fetched"] == 3 and result["bytes_resumed"] > 0
+    # the files r1 shares were hard-linked from it before the drop and are kept; extra.bin resumed
+    assert result["files_verified"] == 3 and result["files_fetched"] == 1 and result["files_reused"] == 0
+    assert result["bytes_resumed"] > 0 and result["bytes_fetched"] <= 300000 - result["bytes_resumed"] + CHUNK
 
 
 def test_prune_keeps_previous_new_and_protected(store, tmp_path):
@@ -383,7 +384,7 @@ def test_module_runs_and_fails_with_its_counters(store, tmp_path):
     kind, result = run_module(model_fetch, args)
     assert kind == "exit" and result["changed"] and result["bytes_resumed"] > 0
     assert sorted(result) == sorted(["changed", "revision", "path", "previous", "manifest_sha256", "bytes_fetched",
-                                     "bytes_resumed", "restarts", "files_fetched", "files_verified", "files_repaired",
+                                     "bytes_resumed", "restarts", "files_fetched", "files_verified", "files_reused", "files_repaired",
                                      "verify", "seconds", "pruned", "pending", "pending_bytes"])
     assert "s3cret" not in repr(result) and result["manifest_sha256"] == added["manifest_sha256"]
     kind, result = run_module(model_fetch, dict(args, _ansible_check_mode=True))
@@ -401,6 +402,28 @@ def test_repair_of_a_revision_the_link_does_not_point_at(store, tmp_path):
         handle.write("x")
     result = fetch(store, dest, "r1")
     assert result["files_repaired"] == ["tokenizer_config.json"] and result["previous"] == "r2"
+    # r2 got r1's file as a hard link, so it is damaged too: fetched, not reused
+    assert result["files_reused"] == 0 and result["files_verified"] == 2
+    assert result["bytes_fetched"] == os.path.getsize(store.file("m", "r1", "tokenizer_config.json"))
     assert os.readlink(str(dest)) == "model.revisions/r1"
     assert open(os.path.join(str(dest), "tokenizer_config.json")).read() == \
         open(store.file("m", "r1", "tokenizer_config.json")).read()
+
+
+def test_files_another_revision_holds_are_hard_linked_not_fetched(store, tmp_path):
+    store.add("m", "r1")
+    store.add("m", "r2", {"rev.txt": b"two"})
+    dest = tmp_path / "model"
+    fetch(store, dest, "r1")
+    result = fetch(store, dest, "r2", check_mode=True)
+    assert result["pending"] == ["rev.txt"] and result["pending_bytes"] == 3
+    result = fetch(store, dest, "r2")
+    assert result["files_reused"] == 3 and result["files_fetched"] == 1 and result["bytes_fetched"] == 3
+    revs = str(dest) + ".revisions"
+    assert os.stat(os.path.join(revs, "r1", WEIGHTS)).st_ino == os.stat(os.path.join(revs, "r2", WEIGHTS)).st_ino
+    # a damaged copy in r1 is not reused (its mtime moved): r3 fetches that file
+    store.add("m", "r3", {"rev.txt": b"three"})
+    with open(os.path.join(revs, "r2", "tokenizer_config.json"), "a") as handle:
+        handle.write(" ")
+    result = fetch(store, dest, "r3", verify="full")
+    assert result["files_reused"] == 2 and result["files_fetched"] == 2
