@@ -36,6 +36,8 @@ description:
     pointed to before (a running container may still read it) or one in O(protect). Staging directories
     are kept so that an interrupted fetch resumes; remove C(<dest>.revisions/.<revision>.partial) by hand to
     give up on one. Copies that a repair moved aside are removed by the next fetch.
+  - Two fetches of the same O(dest) do not run at once - the second waits for the first's lock on
+    C(<dest>.revisions/.lock) as long as O(timeout), then fails.
   - Before downloading, the free disk space of O(dest)'s filesystem must exceed the bytes still to fetch
     plus 64 MiB.
 author:

@@ -41,6 +41,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
+import fcntl
 import hashlib
 import http.client
 import os
@@ -134,105 +136,8 @@ def check_options(url, name, revision, dest, keep_revisions, verify, pin, timeou
         raise FetchError("chunk_size=%r must be %d to %d bytes" % (chunk_size, MIN_CHUNK, MAX_CHUNK))
 
 
-class Fetch(object):
-    """One run of a fetch: the options, the HTTP opener and the counters."""
-
-    def __init__(self, url, name, revision, dest, timeout=60, chunk_size=DEFAULT_CHUNK, headers=None,
-                 validate_certs=True, verify="quick"):
-        self.base = url.rstrip("/")
-        self.shown = display_url(self.base)
-        self.name, self.revision = name, revision
-        self.dest = os.path.normpath(dest)
-        self.revs = self.dest + ".revisions"
-        self.final = os.path.join(self.revs, revision)
-        self.staging = os.path.join(self.revs, ".%s.partial" % revision)
-        self.link_target = "%s.revisions/%s" % (os.path.basename(self.dest), revision)
-        self.timeout, self.chunk_size, self.verify = timeout, chunk_size, verify
-        self.headers = dict(headers or {})
-        context = ssl.create_default_context()
-        if not validate_certs:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
-        self.progress = {"bytes_fetched": 0, "bytes_resumed": 0, "restarts": 0, "files_fetched": 0,
-                         "files_verified": 0, "files_reused": 0, "files_repaired": []}
-
-    def fail(self, msg):
-        raise FetchError(msg, dict(self.progress))
-
-    # -- HTTP ------------------------------------------------------------------------------
-
-    def open(self, url, extra=None):
-        headers = dict(self.headers)
-        headers["Accept-Encoding"] = "identity"
-        headers.update(extra or {})
-        return self.opener.open(urllib.request.Request(url, headers=headers), timeout=self.timeout)
-
-    def read_manifest(self):
-        url = file_url(self.base, self.name, self.revision, MANIFEST_FILE)
-        shown = display_url(url)
-        try:
-            with self.open(url) as response:
-                raw = response.read(MAX_MANIFEST_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                self.fail("the model store at %s has no revision %s of %s (HTTP 404 for %s): add it on the store host "
-                          "(labfleet.vllm.model_manifest, or python3 scripts/model-store.py add) or correct name and "
-                          "revision" % (self.shown, self.revision, self.name, shown))
-            self.fail("the model store at %s answered HTTP %d (%s) for %s; %s"
-                      % (self.shown, exc.code, exc.reason, shown, STORE_HINT))
-        except (urllib.error.URLError, http.client.HTTPException, socket.timeout, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            self.fail("cannot reach the model store at %s (%s): %s" % (self.shown, reason, STORE_HINT))
-        try:
-            manifest = parse_manifest(raw, shown)
-        except ManifestError as exc:
-            self.fail("the store's manifest is not usable: %s" % exc)
-        if manifest["name"] != self.name or manifest["revision"] != self.revision:
-            self.fail("%s describes %s revision %s, not %s revision %s; rebuild the store's manifest "
-                      "(labfleet.vllm.model_manifest)" % (shown, manifest["name"], manifest["revision"], self.name,
-                                                          self.revision))
-        return manifest, manifest_sha256(raw)
-
-    # -- verification ------------------------------------------------------------------------
-
-    def good_files(self, directory, files, state):
-        """{path: stat} of the manifest's files that ``directory`` holds verified (quick or full)."""
-        good, jobs = {}, []
-        for entry in files:
-            full = os.path.join(directory, entry["path"])
-            try:
-                info = os.lstat(full)
-            except OSError:
-                continue
-            if not _is_regular(info) or info.st_size != entry["size"]:
-                continue
-            if self.verify == "quick":
-                if recorded_sha256(state, entry["path"], info) == entry["sha256"]:
-                    good[entry["path"]] = info
-            else:
-                jobs.append((entry["path"], full, info))
-        if jobs:
-            try:
-                hashes = hash_files(jobs)
-            except ManifestError as exc:
-                self.fail("verifying %s failed: %s" % (directory, exc))
-            wanted = dict((entry["path"], entry["sha256"]) for entry in files)
-            good.update((rel, info) for rel, _full, info in jobs if hashes[rel] == wanted[rel])
-        return good
-
-    def verified_copy(self, path, entry):
-        """``path`` (a file of another revision with the entry's sha256 and size) when still good: quick
-        trusts the other revision's state (already checked by reusable_files), full hashes it."""
-        if path is None or self.verify == "quick":
-            return path
-        try:
-            info = os.lstat(path)
-            return path if hash_files([(path, path, info)])[path] == entry["sha256"] else None
-        except (OSError, ManifestError):
-            return None
-
-    # -- download ------------------------------------------------------------------------------
+class Transfer(object):
+    """The download of one file (a mixin of Fetch: uses its open(), fail(), progress, chunk_size, shown)."""
 
     def _resume_prefix(self, part, size):
         """(sha256 object over the .part's bytes, their count); a .part longer than the file is dropped."""
@@ -344,6 +249,105 @@ class Fetch(object):
                           "verify --full) and rebuild its manifest" % (rel, self.name, self.revision, have,
                                                                        digest.hexdigest(), size, entry["sha256"]))
             self.progress["restarts"] += 1
+
+
+class Fetch(Transfer):
+    """One run of a fetch: the options, the HTTP opener and the counters."""
+
+    def __init__(self, url, name, revision, dest, timeout=60, chunk_size=DEFAULT_CHUNK, headers=None,
+                 validate_certs=True, verify="quick"):
+        self.base = url.rstrip("/")
+        self.shown = display_url(self.base)
+        self.name, self.revision = name, revision
+        self.dest = os.path.normpath(dest)
+        self.revs = self.dest + ".revisions"
+        self.final = os.path.join(self.revs, revision)
+        self.staging = os.path.join(self.revs, ".%s.partial" % revision)
+        self.link_target = "%s.revisions/%s" % (os.path.basename(self.dest), revision)
+        self.timeout, self.chunk_size, self.verify = timeout, chunk_size, verify
+        self.headers = dict(headers or {})
+        context = ssl.create_default_context()
+        if not validate_certs:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        self.opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+        self.progress = {"bytes_fetched": 0, "bytes_resumed": 0, "restarts": 0, "files_fetched": 0,
+                         "files_verified": 0, "files_reused": 0, "files_repaired": []}
+
+    def fail(self, msg):
+        raise FetchError(msg, dict(self.progress))
+
+    # -- HTTP ------------------------------------------------------------------------------
+
+    def open(self, url, extra=None):
+        headers = dict(self.headers)
+        headers["Accept-Encoding"] = "identity"
+        headers.update(extra or {})
+        return self.opener.open(urllib.request.Request(url, headers=headers), timeout=self.timeout)
+
+    def read_manifest(self):
+        url = file_url(self.base, self.name, self.revision, MANIFEST_FILE)
+        shown = display_url(url)
+        try:
+            with self.open(url) as response:
+                raw = response.read(MAX_MANIFEST_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                self.fail("the model store at %s has no revision %s of %s (HTTP 404 for %s): add it on the store host "
+                          "(labfleet.vllm.model_manifest, or python3 scripts/model-store.py add) or correct name and "
+                          "revision" % (self.shown, self.revision, self.name, shown))
+            self.fail("the model store at %s answered HTTP %d (%s) for %s; %s"
+                      % (self.shown, exc.code, exc.reason, shown, STORE_HINT))
+        except (urllib.error.URLError, http.client.HTTPException, socket.timeout, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            self.fail("cannot reach the model store at %s (%s): %s" % (self.shown, reason, STORE_HINT))
+        try:
+            manifest = parse_manifest(raw, shown)
+        except ManifestError as exc:
+            self.fail("the store's manifest is not usable: %s" % exc)
+        if manifest["name"] != self.name or manifest["revision"] != self.revision:
+            self.fail("%s describes %s revision %s, not %s revision %s; rebuild the store's manifest "
+                      "(labfleet.vllm.model_manifest)" % (shown, manifest["name"], manifest["revision"], self.name,
+                                                          self.revision))
+        return manifest, manifest_sha256(raw)
+
+    # -- verification ------------------------------------------------------------------------
+
+    def good_files(self, directory, files, state):
+        """{path: stat} of the manifest's files that ``directory`` holds verified (quick or full)."""
+        good, jobs = {}, []
+        for entry in files:
+            full = os.path.join(directory, entry["path"])
+            try:
+                info = os.lstat(full)
+            except OSError:
+                continue
+            if not _is_regular(info) or info.st_size != entry["size"]:
+                continue
+            if self.verify == "quick":
+                if recorded_sha256(state, entry["path"], info) == entry["sha256"]:
+                    good[entry["path"]] = info
+            else:
+                jobs.append((entry["path"], full, info))
+        if jobs:
+            try:
+                hashes = hash_files(jobs)
+            except ManifestError as exc:
+                self.fail("verifying %s failed: %s" % (directory, exc))
+            wanted = dict((entry["path"], entry["sha256"]) for entry in files)
+            good.update((rel, info) for rel, _full, info in jobs if hashes[rel] == wanted[rel])
+        return good
+
+    def verified_copy(self, path, entry):
+        """``path`` (a file of another revision with the entry's sha256 and size) when still good: quick
+        trusts the other revision's state (already checked by reusable_files), full hashes it."""
+        if path is None or self.verify == "quick":
+            return path
+        try:
+            info = os.lstat(path)
+            return path if hash_files([(path, path, info)])[path] == entry["sha256"] else None
+        except (OSError, ManifestError):
+            return None
 
 
 def _is_regular(info):
@@ -494,6 +498,37 @@ def fetch_revision(url, name, revision, dest, keep_revisions=2, verify="quick", 
         run.fail("the store's manifest of %s revision %s has sha256 %s, but manifest_sha256 pins %s: the preflight "
                  "judged another manifest; run the preflight again (it reads the store's manifest) or restore that "
                  "manifest on the store - nothing was changed" % (name, revision, sha, manifest_sha256_pin))
+    if check_mode:
+        return _plan_and_apply(run, manifest, sha, keep_revisions, protect, True, free_bytes, started, started_ns)
+    with revisions_lock(run):
+        return _plan_and_apply(run, manifest, sha, keep_revisions, protect, False, free_bytes, started, started_ns)
+
+
+@contextlib.contextmanager
+def revisions_lock(run):
+    """An exclusive lock on ``<dest>.revisions/.lock`` (flock) for the fetch's writes; another fetch of the
+    same dest waits for it as long as ``timeout``, then this one fails."""
+    os.makedirs(run.revs, mode=0o755, exist_ok=True)
+    fd = os.open(os.path.join(run.revs, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + run.timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    run.fail("another fetch of %s holds %s for more than %d s; wait until it ends (or stop it), then "
+                             "run again" % (run.dest, os.path.join(run.revs, ".lock"), run.timeout))
+                time.sleep(0.2)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _plan_and_apply(run, manifest, sha, keep_revisions, protect, check_mode, free_bytes, started, started_ns):
+    """What fetch_revision does once the manifest is read: plan, and unless check_mode fetch, publish, prune."""
+    name, revision, verify = run.name, run.revision, run.verify
     previous = link_revision(run.dest)
     files = manifest["files"]
     wanted = set(f["path"] for f in files)

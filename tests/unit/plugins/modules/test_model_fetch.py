@@ -138,6 +138,11 @@ def store(tmp_path):
     served.close()
 
 
+def listing(revs):
+    """The entries of <dest>.revisions but the fetch's lock file."""
+    return sorted(e for e in os.listdir(revs) if e != ".lock")
+
+
 def fetch(store, dest, revision="r1", **kwargs):
     kwargs.setdefault("chunk_size", CHUNK)
     return F.fetch_revision(store.url, "m", revision, str(dest), **kwargs)
@@ -160,7 +165,7 @@ def test_first_fetch_then_converged(store, tmp_path):
                                                                                     / "r1")
     for rel in ("config.json", WEIGHTS):
         assert open(str(dest / rel), "rb").read() == open(store.file("m", "r1", rel), "rb").read()
-    assert sorted(os.listdir(str(tmp_path / "srv" / "model.revisions"))) == ["r1"]  # no staging left
+    assert listing(str(tmp_path / "srv" / "model.revisions")) == ["r1"]  # no staging left
     store.requests[:] = []
     again = fetch(store, dest)
     assert not again["changed"] and again["bytes_fetched"] == 0 and again["files_verified"] == 3
@@ -220,9 +225,9 @@ def test_damaged_file_is_repaired_copy_on_write(store, tmp_path):
     assert open(repaired, "rb").read() == open(store.file("m", "r1", WEIGHTS), "rb").read()
     assert os.stat(repaired).st_ino != before.st_ino  # a new file, not written into the served one
     assert os.stat(os.path.join(revision_dir, "config.json")).st_ino == config_inode  # good files hard-linked
-    aside = [e for e in os.listdir(str(dest) + ".revisions") if ".replaced-" in e]
+    aside = [e for e in listing(str(dest) + ".revisions") if ".replaced-" in e]
     assert len(aside) == 1  # the damaged copy is kept until the next fetch
-    assert fetch(store, dest)["changed"] and not [e for e in os.listdir(str(dest) + ".revisions")
+    assert fetch(store, dest)["changed"] and not [e for e in listing(str(dest) + ".revisions")
                                                   if e.startswith(".")]
 
 
@@ -281,7 +286,7 @@ def test_link_switches_only_when_the_new_revision_is_complete(store, tmp_path):
     store.drop_after["/models/m/r2/extra.bin"] = 100000
     failure(store, dest, revision="r2")
     assert os.readlink(str(dest)) == "model.revisions/r1"
-    assert sorted(os.listdir(str(dest) + ".revisions")) == [".r2.partial", "r1"]
+    assert listing(str(dest) + ".revisions") == [".r2.partial", "r1"]
     result = fetch(store, dest, revision="r2")
     assert os.readlink(str(dest)) == "model.revisions/r2" and result["previous"] == "r1"
     # the files r1 shares were hard-linked from it before the drop and are kept; extra.bin resumed
@@ -297,13 +302,13 @@ def test_prune_keeps_previous_new_and_protected(store, tmp_path):
     assert fetch(store, dest, "r1")["pruned"] == []
     assert fetch(store, dest, "r2")["pruned"] == []
     result = fetch(store, dest, "r3")
-    assert result["pruned"] == ["r1"] and sorted(os.listdir(revs)) == ["r2", "r3"]
+    assert result["pruned"] == ["r1"] and listing(revs) == ["r2", "r3"]
     result = fetch(store, dest, "r4", keep_revisions=1)  # the previous one stays even so
-    assert result["pruned"] == ["r2"] and sorted(os.listdir(revs)) == ["r3", "r4"]
+    assert result["pruned"] == ["r2"] and listing(revs) == ["r3", "r4"]
     result = fetch(store, dest, "r1", keep_revisions=1, protect=["r3"])
-    assert result["pruned"] == [] and sorted(os.listdir(revs)) == ["r1", "r3", "r4"]
+    assert result["pruned"] == [] and listing(revs) == ["r1", "r3", "r4"]
     result = fetch(store, dest, "r1", keep_revisions=1)  # the link pointed to r1 already: r4 is no longer previous
-    assert result["pruned"] == ["r4", "r3"] and sorted(os.listdir(revs)) == ["r1"]
+    assert result["pruned"] == ["r4", "r3"] and listing(revs) == ["r1"]
 
 
 def test_a_real_directory_or_file_at_dest_is_refused(store, tmp_path):
@@ -427,3 +432,16 @@ def test_files_another_revision_holds_are_hard_linked_not_fetched(store, tmp_pat
         handle.write(" ")
     result = fetch(store, dest, "r3", verify="full")
     assert result["files_reused"] == 2 and result["files_fetched"] == 2
+
+
+def test_a_second_fetch_of_the_same_dest_waits_for_the_lock(store, tmp_path):
+    import fcntl
+    store.add("m", "r1")
+    dest = tmp_path / "model"
+    os.makedirs(str(dest) + ".revisions")
+    with open(os.path.join(str(dest) + ".revisions", ".lock"), "w") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        err = failure(store, dest, timeout=1)
+        assert "another fetch of %s" % dest in str(err) and not os.path.lexists(str(dest))
+        assert fetch(store, dest, check_mode=True)["changed"]  # check mode takes no lock
+    assert fetch(store, dest)["changed"]
