@@ -500,6 +500,9 @@ def fetch_revision(url, name, revision, dest, keep_revisions=2, verify="quick", 
                  "manifest on the store - nothing was changed" % (name, revision, sha, manifest_sha256_pin))
     if check_mode:
         return _plan_and_apply(run, manifest, sha, keep_revisions, protect, True, free_bytes, started, started_ns)
+    if not os.path.isdir(run.revs):
+        # a first fetch needs every byte: refused before the lock creates <dest>.revisions
+        _check_free(run, manifest["total_bytes"], free_bytes)
     with revisions_lock(run):
         return _plan_and_apply(run, manifest, sha, keep_revisions, protect, False, free_bytes, started, started_ns)
 

@@ -355,7 +355,14 @@ def test_not_enough_disk_fails_before_fetching(store, tmp_path):
     dest = tmp_path / "model"
     err = failure(store, dest, free_bytes=lambda path: 1000)
     assert "not enough free disk" in str(err) and "1000 free" in str(err)
-    assert store.model_bytes_sent() == 0
+    assert store.model_bytes_sent() == 0 and os.listdir(str(tmp_path)) == ["store"]
+    store.add("m", "r2", {"rev.txt": b"two"})
+    fetch(store, dest)
+    # a later revision needs only what no fetched revision holds
+    assert fetch(store, dest, "r2", free_bytes=lambda path: F.DISK_MARGIN + 3)["files_reused"] == 3
+    store.add("m", "r3", {"rev.txt": b"three", "big.bin": b"b" * 5000})
+    err = failure(store, dest, "r3", free_bytes=lambda path: F.DISK_MARGIN + 5004)
+    assert "5005 bytes still to fetch" in str(err) and os.readlink(str(dest)) == "model.revisions/r2"
 
 
 def test_a_file_the_store_serves_wrong_fails_naming_it(store, tmp_path):
