@@ -645,11 +645,9 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.probes._host import 
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import has_control_chars
 # labfleet.vllm.nvfp4_repack's manifest in a finished GPTQ copy.
 from ansible_collections.labfleet.vllm.plugins.module_utils.converters._gptq import GROUP_SIZES, MANIFEST_FILE as GPTQ_COPY_MANIFEST
-from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._model_store import (
-    FETCH_STATE_FILE,
-    revision_dir,
-    store_model,
-)
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._model_store import revision_dir, store_model
+# The fetch's state file: in a revision's directory once the fetch published it there.
+from ansible_collections.labfleet.vllm.plugins.module_utils.store._fetch import STATE_FILE as FETCH_STATE_FILE
 from ansible_collections.labfleet.vllm.plugins.module_utils.store._manifest import NAME_RE as STORE_NAME_RE
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._plan import (
     FP16_COPY_MANIFEST,

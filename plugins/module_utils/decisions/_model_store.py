@@ -33,6 +33,8 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate_inpu
     to_mapping,
     to_str,
 )
+# What the fetch keeps free beyond the bytes it writes.
+from ansible_collections.labfleet.vllm.plugins.module_utils.store._fetch import DISK_MARGIN as FETCH_DISK_MARGIN
 from ansible_collections.labfleet.vllm.plugins.module_utils.store._manifest import (
     MANIFEST_FILE,
     ManifestError,
@@ -41,12 +43,8 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.store._manifest impo
     parse_manifest,
 )
 
-# A serving host keeps each fetched revision under <model_path>.revisions/<revision>/, with the
-# fetch's state file in it once the revision is published (store/_fetch.py: STATE_FILE).
+# A serving host keeps each fetched revision under <model_path>.revisions/<revision>/ (store/_fetch.py).
 REVISIONS_SUFFIX = ".revisions"
-FETCH_STATE_FILE = ".labfleet-fetch.json"
-# What the fetch keeps free beyond the bytes it writes (store/_fetch.py: DISK_MARGIN).
-FETCH_DISK_MARGIN = 64 * 1024 * 1024
 
 STORE_REASON_CODES = {
     "MODEL_STORE_UNREACHABLE": "The host could not read the model's manifest from the model store "
@@ -227,7 +225,7 @@ def fetch_record(store, read, serving, measured):
     """The plan's ``model_store`` record and the native fetch's disk findings: (record, reasons,
     warnings). ``read``: read_store's answer; ``serving``: the plan's serving decision (its copy
     records hold the copy's disk check, made by the plan); ``measured``: {disk_free_bytes,
-    complete: published there, its FETCH_STATE_FILE is in it} of <model_path>.revisions/<revision> on the host."""
+    complete: published there, the fetch's state file is in it} of <model_path>.revisions/<revision> on the host."""
     manifest = read["manifest"]
     record = {"url": store["url"], "name": store["name"], "revision": store["revision"],
               "manifest_url": store["manifest_url"], "manifest_sha256": read["manifest_sha256"],
