@@ -2,7 +2,7 @@
 # Copyright: (c) 2026, labfleet maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""NVFP4 -> FP16 dequantization benchmark (issue 12, "Speed and memory"; `make bench`).
+"""NVFP4 -> FP16 dequantization benchmark (issues 12 and 26; `make bench`).
 
 Run in the compat venv (numpy + torch==2.13.0+cpu, see the Makefile's `compat-venv` target):
 
@@ -10,14 +10,23 @@ Run in the compat venv (numpy + torch==2.13.0+cpu, see the Makefile's `compat-ve
 
 1. Writes a synthetic NVFP4 ModelOpt checkpoint (Llama-3.1-8B layer shapes, random codes, ~SIZE GB
    of packed weights) under .cache/bench/ (after checking free disk).
-2. Converts it with our converter (plugins/module_utils/formats/_nvfp4.py convert_checkpoint).
+2. Converts it with our converter (plugins/module_utils/formats/_nvfp4.py convert_checkpoint),
+   and once more with its output discarded (what the conversion costs without the file writes).
 3. Converts it with a torch reference that follows vLLM 0.19.1's NVFP4 emulation dequantization
    (vllm/model_executor/layers/quantization/utils/nvfp4_emulation_utils.py: break_fp4_bytes
    lines 20-36, dequantize_to_dtype lines 49-65), writing the same output format.
-4. Copies an output-sized buffer with numpy in memory (the memory-bandwidth bound), and, for
-   information, writes an output-sized file with numpy (the page-cache/disk write bound).
-Each part runs in its own child process, which reports its own wall time (work only, after its
-imports) and its own peak RSS (VmHWM from /proc/self/status), so the figures do not mix.
+4. Writes the same number of bytes to a file with numpy, in the pieces the converter writes
+   (_nvfp4.BUFFER_BYTES): the file-write bound, the target's yardstick. For information also in
+   64 MB pieces (the bound this benchmark used before issue 26, slower on the bench machine), and a
+   copy of an output-sized buffer in memory (the memory-bandwidth bound).
+Before each timed part the parent touches and frees as much memory as the part writes (--no-warm-up
+skips it): on the bench machine, a VM, the first touch of a guest page costs a host page fault, and
+whether the page cache's new pages had been touched decided the figures more than the code did
+(writing 3.9 GB took 8 to 15 s cold, 1.3 s warm). Each part runs in its own child process, which
+reports its own wall time (work only, after its imports), its CPU seconds (user and system, all its threads) and its own peak RSS (VmHWM from
+/proc/self/status), so the figures do not mix.
+
+Target (issue 26): our converter's GB/s >= 75% of the file-write bound's, in the same run.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -30,6 +39,7 @@ import importlib.util
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -37,7 +47,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-CONVERTER = os.path.join(ROOT, "plugins", "module_utils", "_nvfp4.py")
+# The converter is imported as the collection's scripts import it (collections/ansible_collections/labfleet/vllm
+# links to this checkout): formats/_nvfp4.py imports knowledge/_policy.py by its collection name.
+COLLECTIONS = os.path.join(ROOT, "collections")
 
 # Llama-3.1-8B (config.json: hidden_size 4096, intermediate_size 14336, 32 heads, 8 KV heads,
 # head_dim 128): (name, out_features, in_features) of the linear layers of one decoder layer.
@@ -52,15 +64,16 @@ SHARD_BYTES = 5 * 10 ** 9
 MB = 1e6
 GB = 1e9
 
-TARGET_VS_TORCH = 6.0
-TARGET_VS_COPY = 0.30
+# Issue 26: the FP16 copy at >= 75% of the speed of writing the same bytes to a file (same run).
+TARGET_VS_WRITE = 0.75
+# The pieces of the old file-write figure (64 MB, before issue 26), shown for information.
+OLD_WRITE_PIECE = 64 << 20
 
 
 def load_converter():
-    spec = importlib.util.spec_from_file_location("labfleet_nvfp4", CONVERTER)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    if COLLECTIONS not in sys.path:
+        sys.path.insert(0, COLLECTIONS)
+    return importlib.import_module("ansible_collections.labfleet.vllm.plugins.module_utils.formats._nvfp4")
 
 
 def _proc_status_bytes(key):
@@ -288,12 +301,15 @@ def child(args):
         base = vm_rss_bytes()
         start = time.time()
         generate(args.src, args.layers, args.seed)
-    elif args.child == "ours":
+    elif args.child in ("ours", "ours-discard"):
         import numpy  # noqa: F401  (imported before the clock starts, like torch below)
         conv = load_converter()
+        if args.child == "ours-discard":
+            discard_output(conv)
+        result["workers"] = args.workers or conv.default_workers()
         base = vm_rss_bytes()
         start = time.time()
-        res = conv.convert_checkpoint(args.src, args.dest)
+        res = conv.convert_checkpoint(args.src, args.dest, workers=result["workers"])
         result["converter_result"] = {"shards": res["shards"], "output_bytes": res["output_bytes"]}
     elif args.child == "ours-profile":
         import cProfile
@@ -314,9 +330,9 @@ def child(args):
         base = vm_rss_bytes()
         start = time.time()
         torch_convert(conv, args.src, args.dest)
-    elif args.child in ("copy", "write"):
+    elif args.child in ("copy", "write", "write-64mb"):
         import numpy as np
-        chunk = 64 << 20
+        chunk = load_converter().BUFFER_BYTES if args.child == "write" else OLD_WRITE_PIECE
         src = np.ones(chunk, dtype=np.uint8)
         dst = np.empty_like(src)
         base = vm_rss_bytes()
@@ -337,6 +353,8 @@ def child(args):
     else:
         raise SystemExit("unknown child %r" % args.child)
     result["seconds"] = time.time() - start
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    result["cpu_user"], result["cpu_system"] = used.ru_utime, used.ru_stime
     result["peak_rss"] = vm_hwm_bytes()
     result["baseline_rss"] = base
     if args.dest and os.path.isdir(args.dest):
@@ -344,7 +362,49 @@ def child(args):
     print("BENCH-RESULT " + json.dumps(result))
 
 
-def run_child(kind, **kw):
+def discard_output(conv):
+    """The converter with its shard writes dropped (headers only reach the files) and the read-back
+    check skipped: what the conversion costs (reading, hashing, dequantizing) without the writes."""
+
+    class Discard(object):
+        def __init__(self, raw):
+            self.raw = raw
+
+        def tell(self):
+            return self.raw.tell()
+
+        def write(self, data):
+            pass
+
+    init = conv._BlockWriter.__init__  # pylint: disable=protected-access
+
+    def discarding(self, handle, *args, **kwargs):
+        init(self, Discard(handle), *args, **kwargs)
+
+    conv._BlockWriter.__init__ = discarding  # pylint: disable=protected-access
+    conv.verify_copy = lambda *args: None
+
+
+def mem_available_bytes():
+    with open("/proc/meminfo") as handle:
+        for line in handle:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def warm_up(nbytes):
+    """Touch nbytes of new memory and free it, so that the next child's page cache pages are pages the
+    VM's host has backed already (see the module docstring). Seconds taken."""
+    import numpy as np
+    start = time.time()
+    np.ones(nbytes, dtype=np.uint8)
+    return time.time() - start
+
+
+def run_child(kind, warm=0, **kw):
+    if warm:
+        warm_up(warm)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", kind]
     for key, value in kw.items():
         cmd += ["--%s" % key.replace("_", "-"), str(value)]
@@ -401,6 +461,10 @@ def main():
     parser.add_argument("--keep", action="store_true", help="keep the checkpoints afterwards")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each part; the fastest is reported")
     parser.add_argument("--profile", action="store_true", help="also run our converter under cProfile")
+    parser.add_argument("--no-warm-up", action="store_true", help="do not touch and free output-sized memory "
+                        "before each timed part")
+    parser.add_argument("--workers", type=int, default=0, help="our converter's worker threads (default: its own "
+                        "default, one per CPU)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--src", help=argparse.SUPPRESS)
     parser.add_argument("--dest", help=argparse.SUPPRESS)
@@ -430,6 +494,13 @@ def main():
     if free < need:
         raise SystemExit("not enough disk under %s: need %.1f GB, %.1f GB free; lower --size-gb or set --workdir"
                          % (args.workdir, need / GB, free / GB))
+    warm = 0 if args.no_warm_up else out_bytes
+    if warm and mem_available_bytes() < out_bytes + 2 * GB:
+        print("warm-up: skipped, %.1f GB of memory available, it needs %.1f GB"
+              % (mem_available_bytes() / GB, (out_bytes + 2 * GB) / GB))
+        warm = 0
+    elif warm:
+        print("warm-up: %.2f GB touched and freed before each timed part" % (out_bytes / GB))
     os.makedirs(run_dir)
     try:
         gen = run_child("generate", src=src, layers=layers, seed=args.seed)
@@ -443,17 +514,21 @@ def main():
         write_path = os.path.join(run_dir, "write.bin")
         for attempt in range(args.repeat):
             # Fastest of --repeat runs (the machine is shared); peak RSS is the largest seen.
-            runs = {"ours": run_child("ours", src=src, dest=ours)}
+            runs = {"ours": run_child("ours", warm, src=src, dest=ours, workers=args.workers)}
             ours_digest = sample_digests(conv, ours, sample)
             shutil.rmtree(ours)
-            runs["torch"] = run_child("torch", src=src, dest=ref)
+            runs["torch"] = run_child("torch", warm, src=src, dest=ref)
             ref_digest = sample_digests(conv, ref, sample)
             shutil.rmtree(ref)
-            runs["copy"] = run_child("copy", bytes=out_bytes)
-            runs["write"] = run_child("write", bytes=out_bytes, dest=write_path)
-            os.remove(write_path)
+            runs["ours-discard"] = run_child("ours-discard", warm, src=src, dest=ours, workers=args.workers)
+            shutil.rmtree(ours)
+            runs["copy"] = run_child("copy", warm, bytes=out_bytes)
+            for key in ("write", "write-64mb"):
+                runs[key] = run_child(key, warm, bytes=out_bytes, dest=write_path)
+                os.remove(write_path)
             for key, r in runs.items():
-                print("run %d %-6s %8.2f s  peak RSS %6.0f MB" % (attempt + 1, key, r["seconds"], r["peak_rss"] / MB))
+                print("run %d %-12s %8.2f s  CPU user %6.2f s system %6.2f s  peak RSS %6.0f MB"
+                      % (attempt + 1, key, r["seconds"], r["cpu_user"], r["cpu_system"], r["peak_rss"] / MB))
                 if key in res:
                     r["peak_rss"] = max(r["peak_rss"], res[key]["peak_rss"])
                     if r["seconds"] > res[key]["seconds"]:
@@ -468,31 +543,41 @@ def main():
             shutil.rmtree(run_dir, ignore_errors=True)
 
     print("")
-    print("%-44s %9s %9s %12s %12s" % ("", "seconds", "GB/s", "peak RSS MB", "baseline MB"))
-    labels = (("ours", "our converter (numpy, convert_checkpoint)"),
+    workers = res["ours"]["workers"]
+    print("%-50s %8s %7s %9s %9s %8s %8s" % ("", "seconds", "GB/s", "CPU user", "CPU sys", "peak RSS", "baseline"))
+    labels = (("ours", "our converter (numpy, %d worker threads)" % workers),
+              ("ours-discard", "our converter, output discarded (no writes)"),
               ("torch", "torch reference (vLLM emulation algorithm)"),
-              ("copy", "numpy copy in RAM (memory-bandwidth bound)"),
-              ("write", "numpy write to file (page cache/disk)"))
+              ("write", "numpy write to file, %d MiB pieces (the bound)" % (conv.BUFFER_BYTES >> 20)),
+              ("write-64mb", "numpy write to file, 64 MB pieces (old bound)"),
+              ("copy", "numpy copy in RAM (memory-bandwidth bound)"))
     for key, label in labels:
         r = res[key]
-        print("%-44s %9.2f %9.3f %12.0f %12.0f" % (label, r["seconds"], gbps(out_bytes, r["seconds"]),
-                                                   r["peak_rss"] / MB, r["baseline_rss"] / MB))
-    print("(GB/s = FP16 output bytes %.3f GB / wall seconds of the work, imports excluded; %s)"
-          % (out_bytes / GB, res["torch"].get("torch", "")))
+        print("%-50s %8.2f %7.3f %9.2f %9.2f %8.0f %8.0f"
+              % (label, r["seconds"], gbps(out_bytes, r["seconds"]), r["cpu_user"], r["cpu_system"],
+                 r["peak_rss"] / MB, r["baseline_rss"] / MB))
+    print("(GB/s = FP16 output bytes %.3f GB / wall seconds of the work, imports excluded; CPU = seconds of all "
+          "the child's threads; RSS in MB; %d CPUs; %s)" % (out_bytes / GB, os.cpu_count(), res["torch"].get("torch", "")))
     ours_s = gbps(out_bytes, res["ours"]["seconds"])
+    vs_write = ours_s / gbps(out_bytes, res["write"]["seconds"])
     vs_torch = ours_s / gbps(out_bytes, res["torch"]["seconds"])
-    vs_copy = ours_s / gbps(out_bytes, res["copy"]["seconds"])
     rss_limit = 1.5 * LARGEST_OUTPUT + 200 * MB
+    # The converter's own buffers (_nvfp4 module docstring): (workers + 4) pieces of BUFFER_BYTES, and an
+    # index scratch of GATHER_BLOCKS x 88 bytes per thread (the workers and the main thread).
+    buffers = (workers + 4) * conv.BUFFER_BYTES + (workers + 1) * conv.GATHER_BLOCKS * 88
     identical = ours_digest == ref_digest
     print("")
-    torch_met = "MET" if vs_torch >= TARGET_VS_TORCH else "MISSED"
-    copy_met = "MET" if vs_copy >= TARGET_VS_COPY else "MISSED"
-    print("ours / torch      = %6.2fx   target >= %.1fx  %s" % (vs_torch, TARGET_VS_TORCH, torch_met))
-    print("ours / copy bound = %6.1f%%   target >= %.0f%%   %s" % (100 * vs_copy, 100 * TARGET_VS_COPY, copy_met))
-    print("ours / file-write = %6.1f%%   (information)" % (100 * ours_s / gbps(out_bytes, res["write"]["seconds"])))
-    print("ours peak RSS     = %6.0f MB  target <= 1.5 x %.0f MB (largest output tensor) + 200 MB = %.0f MB  %s"
+    print("ours / file-write = %6.1f%%   target >= %.0f%%   %s"
+          % (100 * vs_write, 100 * TARGET_VS_WRITE, "MET" if vs_write >= TARGET_VS_WRITE else "MISSED"))
+    print("ours / torch      = %6.2fx   (information)" % vs_torch)
+    print("ours / old bound  = %6.1f%%   (information: the file written in 64 MB pieces)"
+          % (100 * ours_s / gbps(out_bytes, res["write-64mb"]["seconds"])))
+    print("ours / copy bound = %6.1f%%   (information)" % (100 * ours_s / gbps(out_bytes, res["copy"]["seconds"])))
+    print("ours peak RSS     = %6.0f MB  target <= 1.5 x %.0f MB (largest output tensor) + 200 MB = %.0f MB  %s; "
+          "its buffers: (%d workers + 4) x %d MiB + index scratch = %.0f MB"
           % (res["ours"]["peak_rss"] / MB, LARGEST_OUTPUT / MB, rss_limit / MB,
-             "MET" if res["ours"]["peak_rss"] <= rss_limit else "MISSED"))
+             "MET" if res["ours"]["peak_rss"] <= rss_limit else "MISSED", workers, conv.BUFFER_BYTES >> 20,
+             buffers / MB))
     print("ours vs torch on %d sampled tensors: %s" % (len(sample), "bit-identical" if identical else "DIFFERENT"))
     if not identical:
         for name in sample:

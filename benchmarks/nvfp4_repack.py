@@ -22,7 +22,9 @@ Runs with the project venv (numpy only, no torch):
 3. The whole checkpoint repacked at every group size by _gptq.repack_checkpoint, each run in its
    own child process (wall time of the work, imports excluded; peak RSS = the child's VmHWM):
    bits per weight, output size, throughput, the run's own error figures.
-4. The size of Llama-3.1-70B repacked at each group size (arithmetic: _gptq.repacked_tensor_bytes).
+4. Llama-3.1-70B repacked at each group size: its size (arithmetic: _gptq.repacked_tensor_bytes) and
+   the time it would take on this machine at the rate measured in 3 (its linear layers' weights /
+   the measured M weights/s), with the CPU seconds per weight that rate cost (per core).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -34,6 +36,7 @@ import importlib.util
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -235,6 +238,8 @@ def child(args):
     else:
         raise SystemExit("unknown child %r" % args.child)
     result["seconds"] = time.time() - start
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    result["cpu_seconds"] = used.ru_utime + used.ru_stime
     result["peak_rss"] = D.vm_hwm_bytes()
     result["baseline_rss"] = base
     print("BENCH-RESULT " + json.dumps(result))
@@ -266,7 +271,7 @@ def projection_70b(group):
     per_layer = sum(_gptq.repacked_tensor_bytes(o, k, group) for o, k in linears)
     fp16 = 2 * L70["vocab"] * h * 2 + (2 * L70["layers"] + 1) * h * 2     # embed_tokens, lm_head, norms
     weights = L70["layers"] * sum(o * k for o, k in linears)
-    return L70["layers"] * per_layer + fp16, L70["layers"] * per_layer * 8.0 / weights
+    return L70["layers"] * per_layer + fp16, L70["layers"] * per_layer * 8.0 / weights, weights
 
 
 def main():
@@ -335,23 +340,32 @@ def main():
     print("")
     print("Whole checkpoint, repack_checkpoint (%.1f M weights, %.3f GB NVFP4 in, %d search threads)"
           % (weights / 1e6, in_bytes / GB, runs[GROUPS[0]]["workers"]))
-    print("| group | bits/weight | output GB | seconds | NVFP4 MB/s in | M weights/s | peak RSS MB | rel RMS (all layers) "
-          "| max abs / max abs(W) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| group | bits/weight | output GB | seconds | CPU s | NVFP4 MB/s in | M weights/s | peak RSS MB "
+          "| rel RMS (all layers) | max abs / max abs(W) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for group in GROUPS:
         r = runs[group]
         rep = r["repack"]
-        print("| %d | %.3f | %.3f | %.1f | %.1f | %.1f | %.0f | %.4f | %.3f |"
-              % (group, rep["bits_per_weight"], rep["output_bytes"] / GB, r["seconds"], in_bytes / MB / r["seconds"],
-                 rep["repacked_weights"] / 1e6 / r["seconds"], r["peak_rss"] / MB, rep["error"]["rel_rms"],
-                 rep["error"]["max_abs_rel"]))
+        print("| %d | %.3f | %.3f | %.1f | %.1f | %.1f | %.1f | %.0f | %.4f | %.3f |"
+              % (group, rep["bits_per_weight"], rep["output_bytes"] / GB, r["seconds"], r["cpu_seconds"],
+                 in_bytes / MB / r["seconds"], rep["repacked_weights"] / 1e6 / r["seconds"], r["peak_rss"] / MB,
+                 rep["error"]["rel_rms"], rep["error"]["max_abs_rel"]))
     print("")
-    print("Llama-3.1-70B repacked (arithmetic: _gptq.repacked_tensor_bytes; embeddings, LM head and norms float16)")
-    print("| group | bits/weight (linears) | total GB | per GPU at TP 2, GB |")
-    print("|---|---|---|---|")
+    cpus = os.cpu_count()
+    print("Llama-3.1-70B repacked (size: _gptq.repacked_tensor_bytes, embeddings, LM head and norms float16; time: "
+          "its linear layers' weights at the M weights/s measured above with %d threads on %d CPUs; CPU: the CPU "
+          "seconds of all threads per weight measured above, i.e. the hours one core would take)"
+          % (runs[GROUPS[0]]["workers"], cpus))
+    print("| group | bits/weight (linears) | total GB | per GPU at TP 2, GB | 70B time on this machine, h "
+          "| 70B CPU time, core-hours |")
+    print("|---|---|---|---|---|---|")
     for group in GROUPS:
-        total, bits = projection_70b(group)
-        print("| %d | %.3f | %.1f | %.1f |" % (group, bits, total / GB, total / 2 / GB))
+        total, bits, weights70 = projection_70b(group)
+        r = runs[group]
+        rate = r["repack"]["repacked_weights"] / r["seconds"]
+        cpu_per_weight = r["cpu_seconds"] / r["repack"]["repacked_weights"]
+        print("| %d | %.3f | %.1f | %.1f | %.2f | %.2f |"
+              % (group, bits, total / GB, total / 2 / GB, weights70 / rate / 3600, weights70 * cpu_per_weight / 3600))
     print("")
     ok = True
     for group, limit in sorted(ISSUE_SEARCHED.items()):

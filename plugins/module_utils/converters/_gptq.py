@@ -43,7 +43,6 @@ __metaclass__ = type
 
 import concurrent.futures
 import math
-import os
 import re
 
 from ansible_collections.labfleet.vllm.plugins.module_utils.formats import _nvfp4
@@ -78,8 +77,6 @@ REPACK_VERSION = "1"
 TILE_ELEMENTS = 1 << 18
 # Elements of one column slab (its codes are kept as uint8 until its qweight rows are written).
 SLAB_ELEMENTS = 1 << 22
-# Most threads searching tiles at once (each holds a few float32 tiles).
-MAX_WORKERS = 8
 # Candidate steps of the search, in units of the group's amax / 6 (the NVFP4 block scale when the
 # group's largest code is 6): measured on NVFP4-quantised Gaussian weights, the refitted optimum
 # lies between 0.45 and 1.0 at every group size (docs/nvfp4.md).
@@ -438,14 +435,9 @@ def _tile(packed, scale_codes, table, group_size, method, name, r0, c0, stats):
     return codes.astype(np.uint8).reshape(rows, width), stored_zeros(z.astype(np.int32)), scale16.reshape(rows, -1)
 
 
-def default_workers():
-    """Threads that search tiles at the same time (numpy releases the GIL in its loops): the CPUs
-    this process may use, at most MAX_WORKERS."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(MAX_WORKERS, cpus))
+# Threads that search tiles at the same time (numpy releases the GIL in its loops): the CPUs this
+# process may use, at most _nvfp4.MAX_WORKERS (the FP16 converter's workers count the same way).
+default_workers = _nvfp4.default_workers
 
 
 def repack_layer(packed, scale_codes, tensor_scale, divide, group_size, name="tensor", method="search",

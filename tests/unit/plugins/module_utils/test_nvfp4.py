@@ -12,10 +12,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
 import json
 import math
 import os
 import struct
+import time
 
 import pytest
 
@@ -192,6 +194,23 @@ def test_bit_identical_across_row_blocks(monkeypatch):
     packed = rng.randint(0, 256, size=(9, 16)).astype(np.uint8)
     scale = rng.randint(0, 0x7F, size=(9, 2)).astype(np.uint8)
     assert same_bits(dequantize_modelopt(packed, scale, 3e-4), ref_dequant(packed, scale, 3e-4, False))
+
+
+def test_bit_identical_across_gathers(monkeypatch):
+    monkeypatch.setattr(_nvfp4, "GATHER_BLOCKS", 3)  # 18 blocks of 16 elements, gathered 3 at a time
+    rng = np.random.RandomState(8)
+    packed = rng.randint(0, 256, size=(9, 16)).astype(np.uint8)
+    scale = rng.randint(0, 0x7F, size=(9, 2)).astype(np.uint8)
+    assert same_bits(dequantize_compressed_tensors(packed, scale, 7.0), ref_dequant(packed, scale, 7.0, True))
+
+
+def test_gather_index_every_code_and_byte(monkeypatch):
+    monkeypatch.setattr(_nvfp4, "GATHER_BLOCKS", 1000)  # not a divisor of the 8192 blocks
+    codes = np.repeat(np.arange(256), 32).astype(np.uint8)  # block g: code g // 32, bytes (g % 32) * 8 ...
+    packed = np.tile(np.arange(256), 256).astype(np.uint8).reshape(-1, 8)
+    out = np.zeros((8192, 8), dtype=np.uint32)
+    _nvfp4.gather_blocks(np.arange(65536, dtype=np.uint32), packed, codes, out)
+    assert (out == (codes.astype(np.uint32)[:, None] << 8 | packed)).all()
 
 
 def test_fp16_subnormals_round_to_nearest_even():
@@ -452,6 +471,75 @@ def test_sharding(tmp_path):
     assert len(result["shards"]) > 2
     assert result["shards"][0] == "model-00001-of-%05d.safetensors" % len(result["shards"])
     check_output(dest, "modelopt", truth)
+
+
+def shard_bytes(dest):
+    out = {}
+    for name in sorted(os.listdir(dest)):
+        if name.endswith(".safetensors"):
+            with open(os.path.join(dest, name), "rb") as handle:
+                out[name] = handle.read()
+    return out
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize("layout", ["modelopt", "compressed_tensors"])
+def test_pieces_and_threads_do_not_change_the_bytes(tmp_path, monkeypatch, layout, workers):
+    src = str(tmp_path / "src")
+    truth = build_checkpoint(src, layout)
+    convert_checkpoint(src, str(tmp_path / "whole"), workers=1)
+    # pieces of 64 bytes (2 NVFP4 blocks, 32 float16 of a cast tensor), gathered 1 block at a time
+    monkeypatch.setattr(_nvfp4, "BUFFER_BYTES", 64)
+    monkeypatch.setattr(_nvfp4, "GATHER_BLOCKS", 1)
+    dest = str(tmp_path / "pieces")
+    convert_checkpoint(src, dest, workers=workers, max_shard_size="3000B")
+    check_output(dest, layout, truth)
+    convert_checkpoint(src, str(tmp_path / "one-shard"), workers=workers)
+    assert shard_bytes(str(tmp_path / "one-shard")) == shard_bytes(str(tmp_path / "whole"))
+
+
+def test_block_writer_writes_in_order_with_bounded_buffers(tmp_path, monkeypatch):
+    monkeypatch.setattr(_nvfp4, "BUFFER_BYTES", 16)
+
+    def fill(value, out):
+        time.sleep(0.001 * (value % 3))  # later pieces often finish first
+        out[:] = value
+
+    expected = b""
+    with open(str(tmp_path / "out"), "wb") as raw:
+        writer = _nvfp4._BlockWriter(raw, depth=2, workers=3)
+        for i in range(120):
+            nbytes = 1 + i % 16
+            writer.compute(nbytes, functools.partial(fill, i))
+            expected += bytes([i]) * nbytes
+            if i % 40 == 0:
+                writer.write(b"marker")
+                expected += b"marker"
+        assert writer.tell() == len(expected)
+        writer.close()
+    assert writer.buffers <= 3 + 2 + 1
+    assert (tmp_path / "out").read_bytes() == expected
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_failing_piece_stops_the_conversion(tmp_path, monkeypatch, workers):
+    src, dest = str(tmp_path / "src"), str(tmp_path / "out")
+    build_checkpoint(src, "compressed_tensors")
+    monkeypatch.setattr(_nvfp4, "BUFFER_BYTES", 64)
+    calls = []
+    fill = _nvfp4._fill_dequantized
+
+    def fail_once(*args):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt()
+        fill(*args)
+
+    monkeypatch.setattr(_nvfp4, "_fill_dequantized", fail_once)
+    with pytest.raises(KeyboardInterrupt):
+        convert_checkpoint(src, dest, workers=workers)
+    assert not os.path.exists(dest)
+    assert os.listdir(str(tmp_path)) == ["src"]
 
 
 def test_changed_input_reconverts(tmp_path):
