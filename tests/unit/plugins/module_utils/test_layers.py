@@ -26,7 +26,7 @@ MU = "ansible_collections.labfleet.vllm.plugins.module_utils"
 
 # Bottom to top. Floors on the same level may import each other (acyclic; Python would refuse a cycle
 # at import time anyway).
-FLOORS = {"knowledge": 0, "formats": 1, "clients": 1, "converters": 2, "probes": 3, "decisions": 4, "reporting": 5}
+FLOORS = {"knowledge": 0, "formats": 1, "clients": 1, "converters": 2, "probes": 3, "decisions": 4, "store": 4, "reporting": 5}
 TOP_FLOOR = 6  # plugins/modules, plugins/filter
 
 
