@@ -13,7 +13,7 @@ export MOLECULE_GLOB := molecule/*/molecule.yml
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 
-.PHONY: help test venv docker images unit-cleanroom compat compat-venv clean-images lint yamllint ansible-lint argspecs funclength changelog-lint sanity ee unit integration molecule standin-images build clean demo demo-clean demo-screenshot bench bench-fleet bench-compat bench-repack bench-gptq-compat check-real-vllm
+.PHONY: help test venv docker images unit-cleanroom compat compat-venv clean-images lint yamllint ansible-lint argspecs funclength changelog-lint sanity ee unit integration molecule standin-images build clean demo demo-clean demo-screenshot bench bench-fleet bench-store bench-compat bench-repack bench-gptq-compat check-real-vllm
 
 help:
 	@echo "make test       lint + unit (clean room) + integration + compat + molecule, timed (the whole suite; what CI runs)"
@@ -29,6 +29,7 @@ help:
 	@echo "make build      ansible-galaxy collection build"
 	@echo "make demo       sandbox lab: 3 containers with fake GPUs, site.yml on them, the API called (docs/demo.md)"
 	@echo "make demo-clean remove the sandbox lab's containers, volumes, network and inventory"
+	@echo "make bench-store  the model store on three fake-GPU hosts with a 1 GB synthetic model: bytes per host, converged re-run, conversions (docs/performance.md)"
 	@echo "make bench-fleet  the preflight timed on 1, 4 and 16 fake-GPU hosts at forks 16, ratio 16:1 (BENCH_FLEET_SIZES; docs/performance.md)"
 	@echo "make bench      NVFP4->FP16 dequantizer benchmark vs a torch reference (SIZE_GB=2; in the compat venv)"
 	@echo "make bench-compat  our NVFP4 converter vs compressed-tensors' own decompression (pinned; in the compat venv)"
@@ -208,6 +209,10 @@ demo-screenshot:
 # forks 16, best of 3 runs; prints the table and the ratio 16:1, removes its containers at the end.
 bench-fleet:
 	scripts/bench-fleet.sh
+
+# The model store measured (issue 26): Molecule's model_store scenario with a 1 GB synthetic model.
+bench-store:
+	scripts/bench-store.sh
 
 # The verdict snapshot (tests/verdicts/README.md): the tooling's own tests, then every committed
 # baseline replayed against this checkout's code (each file: "N identical, 0 differ, 0 skipped").
