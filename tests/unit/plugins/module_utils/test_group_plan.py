@@ -329,8 +329,8 @@ def test_a_plain_fp16_checkpoint_is_served_as_it_is_across_the_group():
 
 
 def test_a_model_without_its_shapes_cannot_be_planned():
-    bare = dict((k, v) for k, v in LLAMA_70B_FP16.items() if k not in ("num_hidden_layers", "weight_bytes",
-                                                                        "param_count"))
+    dropped = ("num_hidden_layers", "weight_bytes", "param_count")
+    bare = dict((k, v) for k, v in LLAMA_70B_FP16.items() if k not in dropped)
     result = group(model=bare)
     assert codes(result["reasons"]) == ["GROUP_STAGES_UNPLANNED"] and result["stages"] == []
     assert "model.num_hidden_layers, model.weight_bytes or param_count" in result["reasons"][0]["message"]
