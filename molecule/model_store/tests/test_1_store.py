@@ -184,3 +184,12 @@ def test_the_report_says_why_the_small_host_was_refused(fleet_report, report_ent
     assert DISK_CODE in [reason["code"] for reason in entry["reasons"]], entry["reasons"]
     for name in SERVING_HOSTS:
         assert report_entry(report, name)["verdict"] == "allowed", name
+
+
+def test_the_report_shows_where_each_host_gets_its_model(fleet_report, report_entry):
+    report, markdown = fleet_report
+    entry = report_entry(report, "fetch-a")
+    assert entry["model_store"]["fetch"] == {"revision": COPY, "dest": "/srv/models/tiny-gptq",
+                                             "bytes": entry["model_store"]["fetch"]["bytes"]}
+    assert entry["model_store"]["fetch"]["bytes"] > 0
+    assert "model store: tiny-nvfp4/r1, its copy %s from http://" % COPY in markdown

@@ -270,6 +270,24 @@ def _replanned_text(plan, previous):
         ", ".join(changed) or "nothing", before, after)
 
 
+def model_store_view(record):
+    """The plan's model store (preflight_verdict.model_store), without the disk figures that move between runs:
+    {url, name, revision, manifest_sha256, fetch {revision, dest, bytes}, text}, or None without a store."""
+    record = _mapping(record)
+    if not record or not record.get("url"):
+        return None
+    fetch = _mapping(record.get("fetch")) or {}
+    view = {key: record.get(key) for key in ("url", "name", "revision", "manifest_sha256")}
+    view["fetch"] = {key: fetch.get(key) for key in ("revision", "dest", "bytes")} if fetch else None
+    what = "%s/%s" % (_text(record.get("name")), _text(record.get("revision")))
+    if fetch and fetch.get("revision") not in (None, record.get("revision")):
+        what += ", its copy %s" % _text(fetch.get("revision"))
+    size = _number(fetch.get("bytes")) if fetch else None
+    where = ": %.2f GB into %s" % (size / 1e9, _text(fetch.get("dest"))) if size is not None else ""
+    view["text"] = _sentence("%s from %s%s" % (what, _text(record.get("url")), where))
+    return view
+
+
 def preflight_view(parts, host):
     """The report's view of one host's preflight, made from what the preflight left: ``plan`` (the
     plan, the fact preflight_verdict), ``nvidia`` and ``host`` (the probes' facts, ansible_facts
@@ -321,6 +339,7 @@ def preflight_view(parts, host):
         "serving_path": plan.get("serving_path"),
         "serving_why": serving.get("why"),
         "serving_repack": serving.get("gptq_repack"),
+        "model_store": model_store_view(plan.get("model_store")),
     }
     if not readable:
         view["msg"] = _sentence(_text(view["msg"]), "The recorded plan has plan_format %s; this report reads %d: "

@@ -425,3 +425,29 @@ def test_a_record_with_the_plan_gets_its_view_and_its_outcome():
 def test_the_report_reads_the_plan_format_the_gate_writes():
     from ansible_collections.labfleet.vllm.plugins.module_utils.decisions import _plan as P
     assert P.PLAN_FORMAT == R.PLAN_FORMAT
+
+
+def test_model_store_view_keeps_what_stays_put():
+    record = {"url": "http://store:8090", "name": "tiny-nvfp4", "revision": "r1", "manifest_sha256": "ab" * 32,
+              "manifest_url": "http://store:8090/tiny-nvfp4/r1/labfleet-manifest.json", "total_bytes": 5000000,
+              "fetch": {"revision": "r1+gptq-g128", "dest": "/srv/models/tiny-gptq", "bytes": 1694393},
+              "disk_free_bytes": 123456789, "disk_needed_bytes": 1694393}
+    view = R.model_store_view(record)
+    assert view == {"url": "http://store:8090", "name": "tiny-nvfp4", "revision": "r1", "manifest_sha256": "ab" * 32,
+                    "fetch": {"revision": "r1+gptq-g128", "dest": "/srv/models/tiny-gptq", "bytes": 1694393},
+                    "text": "tiny-nvfp4/r1, its copy r1+gptq-g128 from http://store:8090: 0.00 GB into "
+                            "/srv/models/tiny-gptq."}
+    # The free disk moves between runs: a converged run must leave the report as it was.
+    assert R.model_store_view(dict(record, disk_free_bytes=1)) == view
+    native = R.model_store_view(dict(record, fetch={"revision": "r1", "dest": "/srv/models/m", "bytes": 2 * 10 ** 9}))
+    assert native["text"] == "tiny-nvfp4/r1 from http://store:8090: 2.00 GB into /srv/models/m."
+    assert R.model_store_view(None) is None and R.model_store_view({"url": ""}) is None
+    assert R.model_store_view(dict(record, fetch=None))["text"] == "tiny-nvfp4/r1 from http://store:8090."
+
+
+def test_the_report_entry_carries_the_model_store():
+    plan = {"allowed": True, "model_store": {"url": "http://s:8090", "name": "m", "revision": "r1",
+                                             "fetch": {"revision": "r1", "dest": "/srv/models/m", "bytes": 10}}}
+    view = R.preflight_view({"plan": plan}, "gpu01")
+    assert view["model_store"]["fetch"]["dest"] == "/srv/models/m"
+    assert R.preflight_view({"plan": {"allowed": True}}, "gpu01")["model_store"] is None
