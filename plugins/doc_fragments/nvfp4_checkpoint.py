@@ -37,6 +37,16 @@ options:
         larger than this gets a shard of its own.
     type: str
     default: 5GB
+  verify:
+    description:
+      - How a re-run checks that a finished copy in O(dest) was made from the inputs in O(src) as they are now.
+      - V(quick) compares each input's size and modification time with those the copy's manifest recorded when
+        the input was hashed (a C(stat) per file); an input that differs is hashed again.
+      - V(full) hashes every input again (minutes for a checkpoint of tens of GB).
+      - A manifest made before this option recorded no modification times; its inputs are hashed either way.
+    type: str
+    choices: [quick, full]
+    default: quick
 attributes:
   platform:
     description: Runs on the host that holds the checkpoint.

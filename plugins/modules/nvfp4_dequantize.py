@@ -132,7 +132,7 @@ def main():
     params = module.params
     _nvfp4.run_module(module, "nvfp4_dequantize", lambda: _nvfp4.convert_checkpoint(
         params["src"], params["dest"], layout=params["layout"], max_shard_size=params["max_shard_size"],
-        check_mode=module.check_mode))
+        check_mode=module.check_mode, verify=params["verify"]))
 
 
 if __name__ == "__main__":

@@ -210,7 +210,7 @@ def main():
     params = module.params
     _nvfp4.run_module(module, "nvfp4_repack", lambda: _gptq.repack_checkpoint(
         params["src"], params["dest"], group_size=params["group_size"], layout=params["layout"],
-        max_shard_size=params["max_shard_size"], check_mode=module.check_mode))
+        max_shard_size=params["max_shard_size"], check_mode=module.check_mode, verify=params["verify"]))
 
 
 if __name__ == "__main__":

@@ -627,7 +627,7 @@ def vllm_group_problem(group_size):
 
 
 def repack_checkpoint(src, dest, group_size=32, layout="auto", max_shard_size="5GB", check_mode=False,
-                      method="search", for_vllm=True):
+                      method="search", for_vllm=True, verify="quick"):
     """Repack the NVFP4 checkpoint in ``src`` into a GPTQ int4 one in ``dest`` (vLLM ``--quantization gptq``).
 
     Returns what _nvfp4.convert returns plus group_size, tensors_repacked, tensors_dequantized (the
@@ -636,13 +636,13 @@ def repack_checkpoint(src, dest, group_size=32, layout="auto", max_shard_size="5
     loader accepts for every layer) and, after a conversion or from a finished copy's manifest,
     error {rel_rms, max_abs, max_abs_rel, worst_tensor, method} against the exact NVFP4 values.
     ``for_vllm`` (the module's and the script's case) refuses the group sizes vLLM's gptq kernels
-    compute wrong (vllm_group_problem); the benchmark measures them too.
+    compute wrong (vllm_group_problem); the benchmark measures them too. ``verify``: see _nvfp4.convert.
     """
     problem = vllm_group_problem(group_size) if for_vllm else None
     if problem:
         raise Nvfp4Error(problem)
     return _nvfp4.convert(src, dest, GptqTarget(group_size, method), layout=layout, max_shard_size=max_shard_size,
-                          check_mode=check_mode)
+                          check_mode=check_mode, verify=verify)
 
 
 def group_size_option(value):

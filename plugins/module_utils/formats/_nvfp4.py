@@ -833,8 +833,24 @@ def disk_free_bytes(path):
     return st.f_bavail * st.f_frsize
 
 
-def _finished_manifest(dest, inputs, settings, manifest_file, version):
-    """The manifest when dest holds a finished conversion of exactly these inputs (sizes, then sha256), else None."""
+def _input_unchanged(recorded, entry, verify):
+    """Whether an input is the one a finished copy was made from: its size and sha256 as recorded; with
+    verify "quick", an input whose size and modification time are those recorded when it was hashed is
+    taken as unchanged without reading it (a converged run of a 70B checkpoint: a stat per file instead of
+    minutes of hashing); "full", or a manifest without the time, hashes it."""
+    if verify == "quick" and recorded.get("mtime_ns") is not None:
+        try:
+            info = os.stat(entry["path"])
+        except OSError:
+            return False
+        if info.st_size == recorded.get("size") and info.st_mtime_ns == recorded.get("mtime_ns"):
+            return True
+    return recorded.get("sha256") == sha256_file(entry["path"])
+
+
+def _finished_manifest(dest, inputs, settings, manifest_file, version, verify="quick"):
+    """The manifest when dest holds a finished conversion of exactly these inputs (sizes, then sha256 or, with
+    verify "quick", the size and modification time recorded when it was hashed), else None."""
     path = os.path.join(dest, manifest_file)
     if not os.path.isfile(path):
         return None
@@ -855,7 +871,7 @@ def _finished_manifest(dest, inputs, settings, manifest_file, version):
         out = os.path.join(dest, name)
         if not isinstance(entry, dict) or not os.path.isfile(out) or os.path.getsize(out) != entry.get("size"):
             return None
-    if all(recorded[n].get("sha256") == sha256_file(inputs[n]["path"]) for n in inputs):
+    if all(_input_unchanged(recorded[n], inputs[n], verify) for n in inputs):
         return manifest
     return None
 
@@ -1045,7 +1061,7 @@ def _hashed(hasher, hashes, errors, inputs):
     if errors:
         raise Nvfp4Error("an input file could not be read for its checksum (%s); check the checkpoint directory"
                          % errors[0])
-    return dict((n, {"size": e["size"], "sha256": hashes[n]}) for n, e in inputs.items())
+    return dict((n, {"size": e["size"], "sha256": hashes[n], "mtime_ns": e.get("mtime_ns")}) for n, e in inputs.items())
 
 
 def drop_quantization(config):
@@ -1108,11 +1124,21 @@ class Fp16Target(object):
         """The conversion ran: what this run adds to the result."""
 
 
-def convert(src, dest, target, layout="auto", max_shard_size="5GB", check_mode=False, workers=None):
+def _input_entry(path):
+    """{path, size, mtime_ns} of an input, read before it is hashed (a file changed after it was hashed
+    then fails the quick check of a later run and is hashed again)."""
+    info = os.stat(path)
+    return {"path": path, "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+
+
+def convert(src, dest, target, layout="auto", max_shard_size="5GB", check_mode=False, workers=None,
+            verify="quick"):
     """Convert the NVFP4 checkpoint in ``src`` into ``dest`` as ``target`` says (Fp16Target, or the
     GPTQ repacker's target): streaming, checked for disk space first, written to a temporary
     directory next to dest and renamed into place, a manifest making a re-run a no-op. ``workers``:
     the threads that fill the output's pieces (default default_workers(); the bytes do not depend on it).
+    ``verify``: how a finished copy's inputs are checked on a re-run, "quick" (size and modification time
+    against those recorded when they were hashed; a stat per file) or "full" (every input hashed again).
 
     Returns {changed, layout, tensors_copied, tensors_dropped, output_bytes, shards (list of file
     names), manifest (path), files_copied, files_skipped, disk_free_bytes, src, dest} and what the
@@ -1144,8 +1170,7 @@ def convert(src, dest, target, layout="auto", max_shard_size="5GB", check_mode=F
     input_names = list(files) + ["config.json"] + copy
     if os.path.exists(os.path.join(src, INDEX_FILE)):
         input_names.append(INDEX_FILE)
-    inputs = dict((n, {"path": os.path.join(src, n), "size": os.path.getsize(os.path.join(src, n))})
-                  for n in input_names)
+    inputs = dict((n, _input_entry(os.path.join(src, n))) for n in input_names)
     settings = {"layout": layout, "max_shard_size": max_shard}
     settings.update(target.settings())
     output_bytes = sum(t["bytes"] for t in tensors)
@@ -1162,7 +1187,7 @@ def convert(src, dest, target, layout="auto", max_shard_size="5GB", check_mode=F
     if os.path.exists(dest):
         if not os.path.isdir(dest):
             raise Nvfp4Error("dest=%s exists and is not a directory; choose another dest" % dest)
-        manifest = _finished_manifest(dest, inputs, settings, target.manifest_file, target.version)
+        manifest = _finished_manifest(dest, inputs, settings, target.manifest_file, target.version, verify)
         if manifest is not None:
             result["changed"] = False
             target.recorded(result, manifest)
@@ -1255,14 +1280,15 @@ def convert(src, dest, target, layout="auto", max_shard_size="5GB", check_mode=F
     return result
 
 
-def convert_checkpoint(src, dest, layout="auto", max_shard_size="5GB", check_mode=False, workers=None):
+def convert_checkpoint(src, dest, layout="auto", max_shard_size="5GB", check_mode=False, workers=None,
+                       verify="quick"):
     """Convert the NVFP4 checkpoint in ``src`` to an FP16 one in ``dest`` (``workers``: see convert).
 
     Returns {changed, layout, tensors_dequantized, tensors_copied, tensors_dropped, output_bytes,
     shards (list of file names), manifest (path), files_copied, files_skipped, disk_free_bytes}.
     """
     return convert(src, dest, Fp16Target(), layout=layout, max_shard_size=max_shard_size, check_mode=check_mode,
-                   workers=workers)
+                   workers=workers, verify=verify)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1270,10 +1296,11 @@ def convert_checkpoint(src, dest, layout="auto", max_shard_size="5GB", check_mod
 # ---------------------------------------------------------------------------------------------
 
 def argument_spec(**extra):
-    """AnsibleModule argument_spec of a converter module: src, dest, layout, max_shard_size and ``extra``."""
+    """AnsibleModule argument_spec of a converter module: src, dest, layout, max_shard_size, verify and ``extra``."""
     spec = dict(src=dict(type="path", required=True), dest=dict(type="path", required=True),
                 layout=dict(type="str", default="auto", choices=list(LAYOUTS)),
-                max_shard_size=dict(type="str", default="5GB"))
+                max_shard_size=dict(type="str", default="5GB"),
+                verify=dict(type="str", default="quick", choices=["quick", "full"]))
     spec.update(extra)
     return spec
 

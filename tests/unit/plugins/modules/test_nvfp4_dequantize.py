@@ -91,3 +91,41 @@ def test_script(tmp_path, capsys):
     capsys.readouterr()
     assert SCRIPT.main([src, dest, "--layout", "modelopt"]) == 1
     assert "no NVFP4 layer in the modelopt layout" in capsys.readouterr().err
+
+
+def test_a_converged_run_reads_no_input_unless_asked(tmp_path, capsys, monkeypatch):
+    """verify quick: a finished copy's inputs are matched by size and modification time (no byte read);
+    an input touched since is hashed again (same bytes: still the same copy); verify full hashes all."""
+    src, dest = str(tmp_path / "src"), str(tmp_path / "out")
+    T.build_checkpoint(src, "modelopt")
+    assert run({"src": src, "dest": dest}, capsys)["changed"] is True
+    manifest = json.load(open(os.path.join(dest, "nvfp4_dequantize_manifest.json")))
+    assert all(entry["mtime_ns"] == os.stat(os.path.join(src, name)).st_mtime_ns
+               for name, entry in manifest["inputs"].items())
+    hashed = []
+    real = _nvfp4.sha256_file
+    monkeypatch.setattr(_nvfp4, "sha256_file", lambda path, *a, **kw: hashed.append(os.path.basename(path)) or real(path))
+    assert run({"src": src, "dest": dest}, capsys)["changed"] is False
+    assert hashed == []
+    os.utime(os.path.join(src, "config.json"))
+    assert run({"src": src, "dest": dest}, capsys)["changed"] is False
+    assert hashed == ["config.json"]
+    del hashed[:]
+    assert run({"src": src, "dest": dest, "verify": "full"}, capsys)["changed"] is False
+    assert sorted(hashed) == sorted(manifest["inputs"])
+
+
+def test_an_input_changed_in_place_with_its_time_restored_is_seen_only_by_full(tmp_path, capsys):
+    src, dest = str(tmp_path / "src"), str(tmp_path / "out")
+    T.build_checkpoint(src, "modelopt")
+    assert run({"src": src, "dest": dest}, capsys)["changed"] is True
+    weights = max((os.path.join(src, n) for n in os.listdir(src) if n.endswith(".safetensors")), key=os.path.getsize)
+    info = os.stat(weights)
+    with open(weights, "r+b") as handle:
+        handle.seek(info.st_size - 1)
+        last = handle.read(1)
+        handle.seek(info.st_size - 1)
+        handle.write(bytes([last[0] ^ 0xFF]))
+    os.utime(weights, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert run({"src": src, "dest": dest}, capsys)["changed"] is False
+    assert run({"src": src, "dest": dest, "verify": "full"}, capsys, check_mode=True)["changed"] is True
