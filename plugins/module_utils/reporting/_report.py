@@ -635,6 +635,43 @@ def report_damage(previous):
     return None
 
 
+_GROUP_STAGE_KEYS = ("stage", "member", "layers", "layer_count", "weight_bytes_per_gpu", "kv_tokens", "fits")
+
+
+def _dict(value):
+    return value if isinstance(value, dict) else {}
+
+
+def group_section(records):
+    """The report's ``groups`` (issue 27): one entry per host group, from the members' records' ``group``
+    (the fact labfleet_group_verdict that the preflight's group play leaves on every member), by name;
+    [] when no record carries one."""
+    seen = {}
+    for record in records or []:
+        plan = _dict(record.get("group")) if isinstance(record, dict) else {}
+        name = _text(plan.get("name"))
+        if not name or name in seen:
+            continue
+        choice = _dict(plan.get("choice"))
+        seen[name] = {
+            "name": name,
+            "allowed": plan.get("allowed") is True,
+            "members": [_text(_dict(m).get("name")) for m in plan.get("members") or []],
+            "leader": _text(plan.get("leader")),
+            "pp": plan.get("pp"),
+            "tp": plan.get("tp"),
+            "kv_tokens": plan.get("kv_tokens"),
+            "stages": [dict((k, _dict(st).get(k)) for k in _GROUP_STAGE_KEYS) for st in plan.get("stages") or []],
+            "choice": {"chosen": choice.get("chosen"), "serving_path": choice.get("serving_path"),
+                       "why": _text(choice.get("why"))},
+            "reasons": [{"code": _text(_dict(r).get("code")), "member": _dict(r).get("member"),
+                         "message": _text(_dict(r).get("message"))} for r in plan.get("reasons") or []],
+            "warnings": _codes(plan.get("warnings")),
+            "summary": _text(plan.get("summary")),
+        }
+    return [seen[name] for name in sorted(seen)]
+
+
 def build_report(records, mode="rollout", collection="labfleet.vllm", gateways=None, gateway_load=None):
     """The whole report document from a list of per-host records (see docs/fleet_report.md).
 
@@ -675,6 +712,9 @@ def build_report(records, mode="rollout", collection="labfleet.vllm", gateways=N
     gateway = gateway_section(gateways, entries, gateway_load)
     if gateway:
         doc["gateway"] = gateway
+    groups = group_section(records)
+    if groups:
+        doc["groups"] = groups
     for key in SECTIONS:
         section = _section(records, key)
         if section:
