@@ -36,7 +36,7 @@ description:
   - "Warning codes: V(GROUP_REACHABILITY_UNKNOWN), V(GROUP_MEMORY_PLAN_INCOMPLETE), V(GROUP_NOT_NEEDED)."
   - The module never fails for a "no" verdict; it fails only when an input is malformed, and then the
     message names the field and what is expected.
-  - The preflight role does not call this module yet, and no role starts the Ray cluster yet.
+  - The preflight calls it for each group of C(labfleet_host_groups) (the preflight role's entry point C(group)); no role starts the Ray cluster yet.
 author:
   - labfleet maintainers (@labfleet)
 extends_documentation_fragment:
