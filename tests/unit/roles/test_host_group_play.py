@@ -53,7 +53,7 @@ def _facts(number, mtu, gpus):
             "default_ipv4": {"address": address, "interface": "ens1f0"}}
 
 
-def run_group_play(tmp_path, groups=("vllm_group_70b",), mtus=(9000, 9000, 9000), unplanned=()):
+def run_group_play(tmp_path, groups=("vllm_group_70b",), mtus=(9000, 9000, 9000), unplanned=(), allowed=()):
     """Run the group play on the stand-in members; returns (output, {member: {verdict, groups}})."""
     verdict, module = _reference()
     gpus = [dict(module.V100, index=0), dict(module.V100, index=1)]
@@ -79,7 +79,9 @@ def run_group_play(tmp_path, groups=("vllm_group_70b",), mtus=(9000, 9000, 9000)
     before = [{"name": "What the preflight leaves on each member", "hosts": "vllm_hosts", "gather_facts": False,
                "tasks": [{"name": "The probes' facts", "fake_facts": {"facts": "{{ test_facts }}"}},
                          {"name": "The plan", "ansible.builtin.set_fact": {"preflight_verdict": "{{ test_verdict }}"},
-                          "when": "test_verdict is not none"}]}]
+                          "when": "test_verdict is not none"},
+                         {"name": "The group of the allowed", "ansible.builtin.group_by": {"key": "labfleet_allowed"},
+                          "when": "inventory_hostname in %s" % json.dumps(list(allowed))}]}]
     after = [{"name": "Write what the group play left", "hosts": "vllm_hosts", "gather_facts": False,
               "tasks": [{"name": "Write it", "delegate_to": "localhost", "ansible.builtin.copy": {
                   "content": "{{ {'verdict': labfleet_group_verdict | default(none), 'groups': group_names} | to_json }}",
@@ -139,3 +141,12 @@ def test_no_group_is_a_no_op(tmp_path):
     output, left = run_group_play(tmp_path, groups=())
     assert all(left[name] == {"verdict": None, "groups": ["vllm_group_70b", "vllm_hosts"]} for name in MEMBERS), left
     assert "skipping: [localhost]" in output
+
+
+def test_members_the_rollout_would_reach_alone_are_named(tmp_path):
+    output, left = run_group_play(tmp_path, allowed=("gpu1", "gpu3"))
+    assert left["gpu1"]["verdict"]["allowed"] is True
+    assert ("vllm_group_70b: gpu1, gpu3 joined labfleet_allowed on their own one-host plan, so the rollout reaches "
+            "them alone (the group is allowed; no role serves a group yet): set preflight_probe_only: true in the "
+            "group''s vars") in " ".join(output.split())
+    assert "Warn about members the rollout would still reach alone] ***" in output
