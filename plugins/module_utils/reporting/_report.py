@@ -396,6 +396,15 @@ def host_outcome(record, mode="rollout"):
         return ("planned", _sentence(
             "Allowed; nothing rolled out (%s)." % why, ("Plan: " + plan) if plan else ""), extra)
 
+    group = _mapping(record.get("group"))
+    # 3b. A member of a host group: planned with its group, never rolled out on its own.
+    if verdict == "allowed" and group and not server and not rollout:
+        return ("planned", _sentence(
+            "Allowed on its own, but a member of host group %s (%s as a group);" % (
+                _text(group.get("name")) or "?", "allowed" if group.get("allowed") else "refused"),
+            "a group member is not rolled out alone and this collection does not roll out a group yet,",
+            "so nothing was changed on it"), extra)
+
     status = _text(server.get("status"))
     state = _text(rollout.get("state"))
     # 4. The rollout failed on the host.

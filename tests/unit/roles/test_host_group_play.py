@@ -53,8 +53,10 @@ def _facts(number, mtu, gpus):
             "default_ipv4": {"address": address, "interface": "ens1f0"}}
 
 
-def run_group_play(tmp_path, groups=("vllm_group_70b",), mtus=(9000, 9000, 9000), unplanned=(), allowed=()):
-    """Run the group play on the stand-in members; returns (output, {member: {verdict, groups}})."""
+def run_group_play(tmp_path, groups=("vllm_group_70b",), mtus=(9000, 9000, 9000), unplanned=(), allowed=(),
+                   rollout=False):
+    """Run the group play on the stand-in members (then playbooks/rollout.yml when ``rollout``); returns
+    (output, {member: {verdict, groups}})."""
     verdict, module = _reference()
     gpus = [dict(module.V100, index=0), dict(module.V100, index=1)]
     library = tmp_path / "library"
@@ -89,8 +91,10 @@ def run_group_play(tmp_path, groups=("vllm_group_70b",), mtus=(9000, 9000, 9000)
     (tmp_path / "before.yml").write_text(json.dumps(before))
     (tmp_path / "after.yml").write_text(json.dumps(after))
     play = [{"ansible.builtin.import_playbook": str(tmp_path / "before.yml")},
-            {"ansible.builtin.import_playbook": os.path.join(TOP, "playbooks", "preflight-groups.yml")},
-            {"ansible.builtin.import_playbook": str(tmp_path / "after.yml")}]
+            {"ansible.builtin.import_playbook": os.path.join(TOP, "playbooks", "preflight-groups.yml")}]
+    if rollout:
+        play.append({"ansible.builtin.import_playbook": os.path.join(TOP, "playbooks", "rollout.yml")})
+    play.append({"ansible.builtin.import_playbook": str(tmp_path / "after.yml")})
     (tmp_path / "play.yml").write_text(json.dumps(play))
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(TOP, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LIBRARY=str(library), ANSIBLE_LOCAL_TEMP=str(tmp_path / "local"),
@@ -143,10 +147,11 @@ def test_no_group_is_a_no_op(tmp_path):
     assert "skipping: [localhost]" in output
 
 
-def test_members_the_rollout_would_reach_alone_are_named(tmp_path):
-    output, left = run_group_play(tmp_path, allowed=("gpu1", "gpu3"))
+def test_the_rollout_leaves_the_members_out_even_where_their_own_plan_allows_them(tmp_path):
+    """gpu1 and gpu3 were allowed on their own (joined labfleet_allowed): the rollout ends the play for them
+    before any role (a member serves only with its group), and records no rollout state."""
+    output, left = run_group_play(tmp_path, allowed=("gpu1", "gpu3"), rollout=True)
     assert left["gpu1"]["verdict"]["allowed"] is True
-    assert ("vllm_group_70b: gpu1, gpu3 joined labfleet_allowed on their own one-host plan, so the rollout reaches "
-            "them alone (the group is allowed; no role serves a group yet): set preflight_probe_only: true in the "
-            "group''s vars") in " ".join(output.split())
-    assert "Warn about members the rollout would still reach alone] ***" in output
+    assert "Leave a member of a host group out" in output
+    assert "TASK [Decide whether the rollout goes on with this batch]" not in output
+    assert "TASK [Driver]" not in output

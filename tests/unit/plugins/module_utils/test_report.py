@@ -451,3 +451,17 @@ def test_the_report_entry_carries_the_model_store():
     view = R.preflight_view({"plan": plan}, "gpu01")
     assert view["model_store"]["fetch"]["dest"] == "/srv/models/m"
     assert R.preflight_view({"plan": {"allowed": True}}, "gpu01")["model_store"] is None
+
+
+def test_a_group_member_is_planned_not_rolled_out_alone():
+    """A member of a host group (labfleet_group_verdict) allowed on its own is kept out of the single-host
+    rollout (rollout.yml excludes labfleet_group_allowed/_refused): the report says why, not "unknown"."""
+    record = rec(group={"name": "vllm_group_70b", "allowed": True})
+    outcome, detail, _extra = R.host_outcome(record)
+    assert outcome == "planned"
+    assert "member of host group vllm_group_70b (allowed as a group)" in detail
+    assert "not rolled out alone" in detail
+    refused = R.host_outcome(dict(record, group={"name": "g", "allowed": False}))
+    assert refused[0] == "planned" and "(refused as a group)" in refused[1]
+    # Without a group the same host's outcome is what it was.
+    assert R.host_outcome(dict(record, group=None))[0] == "unknown"
