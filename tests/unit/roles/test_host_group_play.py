@@ -144,7 +144,10 @@ def test_a_member_without_a_plan_refuses_the_group_by_name(tmp_path):
 def test_no_group_is_a_no_op(tmp_path):
     output, left = run_group_play(tmp_path, groups=())
     assert all(left[name] == {"verdict": None, "groups": ["vllm_group_70b", "vllm_hosts"]} for name in MEMBERS), left
-    assert "skipping: [localhost]" in output
+    assert "skipping: [gpu1]" in output
+    # The play adds no host to the run (the controller is not in the recap): a run's stats stay its hosts'.
+    recap = output[output.index("PLAY RECAP"):]
+    assert "localhost" not in recap, recap
 
 
 def test_the_rollout_leaves_the_members_out_even_where_their_own_plan_allows_them(tmp_path):
