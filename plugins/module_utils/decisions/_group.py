@@ -60,6 +60,7 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._plan impo
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
     DTYPE_ALIASES,
     KV_CACHE_DTYPES,
+    RELEASE_BEHAVIOUR_DEFAULT,
     merge_policy,
     parse_cc,
     parse_version,
@@ -513,7 +514,8 @@ def _memory(members, served, vllm, policy, tp, pp):
     util = vllm.get("gpu_memory_utilization")
     util = float(util) if isinstance(util, (int, float)) and not isinstance(util, bool) and 0 < util <= 1 else float(
         policy.get("memory", {}).get("default_gpu_memory_utilization", 0.9))
-    version = parse_version(members[0]["verdict"].get("vllm_version") or vllm.get("vllm_version") or "0.8.5")
+    version = parse_version(members[0]["verdict"].get("vllm_version") or vllm.get("vllm_version")
+                            or RELEASE_BEHAVIOUR_DEFAULT)
     memory_mib = min(g["memory_mib"] for g in gpus)
     group = {"tp": tp, "pp": pp, "dtype": dtype, "dtype_bytes": dtype_bytes, "util": util, "memory_mib": memory_mib,
              "cc": min(ccs) if ccs else None, "gpu_name": gpus[0]["name"], "version": version,
