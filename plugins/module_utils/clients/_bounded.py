@@ -81,7 +81,7 @@ def _stop(process, holders, kill):
                 pass
 
 
-def run_bounded(module, command, limit, timer=threading.Timer):
+def run_bounded(module, command, limit, timer=threading.Timer, data=None):
     """``module.run_command(command)`` stopped after ``limit`` seconds: (rc, out, err, timed_out).
 
     A timer sends SIGTERM when the limit passes (``docker run`` passes it on to the container,
@@ -91,6 +91,7 @@ def run_bounded(module, command, limit, timer=threading.Timer):
     returns once they are gone and the pipes are quiet. A command that ended within its limit while
     something it started still holds its output counts as timed out too. ``timer`` makes the timers
     (threading.Timer's signature; unit tests pass one that records the seconds and fires when told).
+    ``data``, when given, is written to the command's stdin (run_command's ``data``).
     """
     timers = []
     expired = []
@@ -112,7 +113,8 @@ def run_bounded(module, command, limit, timer=threading.Timer):
         first.start()
 
     try:
-        rc, out, err = module.run_command(command, before_communicate_callback=arm)
+        extra = {} if data is None else {"data": data}
+        rc, out, err = module.run_command(command, before_communicate_callback=arm, **extra)
     finally:
         for timer in list(timers):
             timer.cancel()
