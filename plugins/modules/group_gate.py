@@ -73,7 +73,8 @@ options:
   network:
     description:
       - "C(nccl_interface) (str, the interface NCCL_SOCKET_IFNAME names, on every member) and C(pairs) (list of
-        C(from), C(to), C(reachable) (bool), C(closed_ports) (list)) - one result per pair of members."
+        C(from), C(to), C(reachable) (bool; null when the probe could not tell: unknown), C(closed_ports) (list)) -
+        a result per pair of members, either way or both (M(labfleet.vllm.group_port_probe) gives them)."
     type: dict
     default: {}
   leader:

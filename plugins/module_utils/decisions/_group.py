@@ -329,8 +329,16 @@ def _pairs(members, pairs):
                                         % (left["name"], right["name"]), left["name"]))
                 checked.append({"members": [left["name"], right["name"]], "reachable": None})
                 continue
-            bad = [e for e in found if e.get("reachable") is not True]
-            checked.append({"members": [left["name"], right["name"]], "reachable": not bad})
+            # reachable None: the probe could not tell (e.g. no listener ran on the member); anything
+            # else but True is a failed probe.
+            bad = [e for e in found if e.get("reachable") is not True and e.get("reachable") is not None]
+            unknown = [e for e in found if e.get("reachable") is None]
+            checked.append({"members": [left["name"], right["name"]],
+                            "reachable": False if bad else (None if unknown else True)})
+            for entry in unknown if not bad else []:
+                warnings.append(_reason("GROUP_REACHABILITY_UNKNOWN", "no reachability result from %s to %s: "
+                                        "check the ports Ray and NCCL need (GROUP_PORTS) that way" % (
+                                            entry.get("from"), entry.get("to")), entry.get("from")))
             for entry in bad:
                 closed = entry.get("closed_ports") or []
                 reasons.append(_reason("GROUP_MEMBERS_UNREACHABLE", "%s does not reach %s%s: open the ports Ray and "

@@ -30,7 +30,7 @@ MEMBERS = ("gpu1", "gpu2", "gpu3")
 
 FAKE_FACTS = '''#!/usr/bin/python
 from ansible.module_utils.basic import AnsibleModule
-module = AnsibleModule(argument_spec=dict(facts=dict(type="dict", required=True)))
+module = AnsibleModule(argument_spec=dict(facts=dict(type="dict", required=True)), supports_check_mode=True)
 module.exit_json(changed=False, ansible_facts=module.params["facts"])
 '''
 
@@ -46,17 +46,20 @@ def _reference():
     return verdict, module
 
 
-def _facts(number, mtu, gpus):
-    address = "10.0.0.%d" % (11 + number)
+def _facts(number, mtu, gpus, network="10.0.0."):
+    address = "%s%d" % (network, 11 + number)
     return {"nvidia": {"gpus": gpus, "driver_version": "550.54.14", "count": len(gpus)},
             "interfaces": ["lo", "ens1f0"], "lo": {"mtu": 65536}, "ens1f0": {"mtu": mtu, "ipv4": {"address": address}},
             "default_ipv4": {"address": address, "interface": "ens1f0"}}
 
 
 def run_group_play(tmp_path, groups=("vllm_group_70b",), mtus=(9000, 9000, 9000), unplanned=(), allowed=(),
-                   rollout=False):
+                   rollout=False, probe=False, network="10.0.0.", check=False):
     """Run the group play on the stand-in members (then playbooks/rollout.yml when ``rollout``); returns
-    (output, {member: {verdict, groups}})."""
+    (output, {member: {verdict, groups}}). ``probe``: the reachability probe (preflight_group_probe_network),
+    off unless a test runs it: the members' addresses (``network`` + 11, 12, 13) must then be on this machine
+    (127.0.0.x: test_group_probe_play.py). ``check``: ansible-playbook --check (the file of what the play left is
+    written all the same)."""
     verdict, module = _reference()
     gpus = [dict(module.V100, index=0), dict(module.V100, index=1)]
     library = tmp_path / "library"
@@ -67,7 +70,7 @@ def run_group_play(tmp_path, groups=("vllm_group_70b",), mtus=(9000, 9000, 9000)
     hostvars = {}
     for number, name in enumerate(MEMBERS):
         hostvars[name] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                          "test_facts": _facts(number, mtus[number], gpus),
+                          "test_facts": _facts(number, mtus[number], gpus, network),
                           "test_verdict": None if name in unplanned else verdict}
     inventory = {"all": {
         "hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
@@ -76,6 +79,7 @@ def run_group_play(tmp_path, groups=("vllm_group_70b",), mtus=(9000, 9000, 9000)
             "vllm_hosts": {"hosts": hostvars},
             "vllm_group_70b": {"hosts": dict((name, {}) for name in MEMBERS),
                                "vars": {"labfleet_group_nccl_interface": "ens1f0",
+                                        "preflight_group_probe_network": probe,
                                         "preflight_deployment": {"vllm_args": dict(module.ARGS)}}}}}}
     (tmp_path / "inventory.json").write_text(json.dumps(inventory))
     before = [{"name": "What the preflight leaves on each member", "hosts": "vllm_hosts", "gather_facts": False,
@@ -85,7 +89,7 @@ def run_group_play(tmp_path, groups=("vllm_group_70b",), mtus=(9000, 9000, 9000)
                          {"name": "The group of the allowed", "ansible.builtin.group_by": {"key": "labfleet_allowed"},
                           "when": "inventory_hostname in %s" % json.dumps(list(allowed))}]}]
     after = [{"name": "Write what the group play left", "hosts": "vllm_hosts", "gather_facts": False,
-              "tasks": [{"name": "Write it", "delegate_to": "localhost", "ansible.builtin.copy": {
+              "tasks": [{"name": "Write it", "delegate_to": "localhost", "check_mode": False, "ansible.builtin.copy": {
                   "content": "{{ {'verdict': labfleet_group_verdict | default(none), 'groups': group_names} | to_json }}",
                   "dest": str(out) + "/{{ inventory_hostname }}.json", "mode": "0600"}}]}]
     (tmp_path / "before.yml").write_text(json.dumps(before))
@@ -99,7 +103,8 @@ def run_group_play(tmp_path, groups=("vllm_group_70b",), mtus=(9000, 9000, 9000)
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(TOP, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LIBRARY=str(library), ANSIBLE_LOCAL_TEMP=str(tmp_path / "local"),
                ANSIBLE_REMOTE_TEMP=str(tmp_path / "remote"))
-    done = subprocess.run([PLAYBOOK_BIN, "-i", str(tmp_path / "inventory.json"), str(tmp_path / "play.yml")], cwd=TOP,
+    done = subprocess.run([PLAYBOOK_BIN, "-i", str(tmp_path / "inventory.json"), str(tmp_path / "play.yml")]
+                          + (["--check"] if check else []), cwd=TOP,
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                           timeout=240, check=False)
     assert done.returncode == 0, done.stdout

@@ -42,6 +42,7 @@ CASES = {
     "fleet_report": ("fleet_report_formats", ["pdf"], "must be one or more of: json, markdown, html"),
     "gateway": ("gateway_port", "https", "unable to convert to int"),
     "model_store": ("model_store_convert", "maybe", "unable to convert to bool"),
+    "ray_cluster": ("ray_cluster_port", "gcs", "unable to convert to int"),
 }
 
 # More cases of one role: (role, variable, bad value, what the message says besides the variable's name).
@@ -50,6 +51,8 @@ MORE_CASES = [
     ("preflight", "preflight_deployment",
      {"model_store": {"url": "http://models.lab:8080", "name": "quasar", "revison": "2026-11-30"}},
      "preflight_deployment.model_store.revison. Supported parameters include: name, revision, url"),
+    # The reachability probe between a host group's members (issue 27): a switch.
+    ("preflight", "preflight_group_probe_network", "perhaps", "unable to convert to bool"),
     # vllm_server's fetch from the store: quick or full.
     ("vllm_server", "vllm_server_model_verify", "sometimes", "must be one of: quick, full"),
 ]
