@@ -98,7 +98,7 @@ integration: venv images
 MOLECULE_JOBS ?= 2
 export MOLECULE_JOBS
 
-STANDIN_TAGS ?= 1 2 2-notokens 2-exits 2-exit1 2-hangs 2-noarch70
+STANDIN_TAGS ?= 1 2 2-notokens 2-exits 2-exit1 2-hangs 2-noarch70 1-ray 2-ray
 standin-images: docker images
 	tests/images/openai-standin/build.sh $(CURDIR)/.cache/openai-standin $(STANDIN_TAGS)
 

@@ -8,7 +8,8 @@
 # 2-exits (exits 0 three seconds into a 30-second "model load", before it listens), 2-exit1 (the same,
 # with exit status 1: a crashed server), 2-hangs (answers /health and /v1/models, never answers a
 # completion: it holds the connection), 2-noarch70 (healthy, but its TORCH_CUDA_ARCH_LIST lacks 7.0:
-# no kernels for a V100); dcgm-exporter builds
+# no kernels for a V100), any of them with "-ray" (1-ray, 2-ray: Ray from PyPI added, the `ray` command on
+# PATH; ray-constraints.txt); dcgm-exporter builds
 # the fake dcgm-exporter instead (labfleet/fake-dcgm-exporter:1, fake-dcgm-exporter-1.tar). Default: 1 2-notokens 2-exits.
 # A tarball is rewritten only when the image changed; prints one line per tag:
 #   "<tag> <image id> <tarball> built|unchanged".
@@ -25,9 +26,32 @@ mkdir -p "${out}"
 exec 9>"${out}/.build.lock"
 flock 9
 
+# Ray for the "-ray" tags, installed once per constraints file into OUTDIR/ray-site-<hash> (pip's own cache
+# keeps the wheels): CPython 3.11 manylinux wheels, whatever the build machine's Python.
+ray_site() {
+  local sum site
+  sum=$(sha256sum "${here}/ray-constraints.txt" | cut -c1-12)
+  site="${out}/ray-site-${sum}"
+  if [ ! -f "${site}/.complete" ]; then
+    rm -rf "${site}" "${site}.tmp"
+    "${LABFLEET_PIP_PYTHON:-python3}" -m pip install -q --disable-pip-version-check --only-binary=:all: --no-compile \
+      --python-version 3.11 --implementation cp --platform manylinux2014_x86_64 \
+      --target "${site}.tmp" -c "${here}/ray-constraints.txt" ray >&2
+    touch "${site}.tmp/.complete"
+    mv "${site}.tmp" "${site}"
+  fi
+  echo "${site}"
+}
+
 for tag in "${tags[@]}"; do
   context="${here}" image="labfleet/openai-standin:${tag}" tarball="${out}/openai-standin-${tag}.tar"
+  ray=""
   case "${tag}" in
+    # A stand-in with Ray (the group's image: --distributed-executor-backend ray, `ray start` on every
+    # member): the tag's stand-in (1-ray: version 1, 2-ray: version 2) plus Ray from PyPI.
+    *-ray) ray="${tag%-ray}" ;;
+  esac
+  case "${tag%-ray}" in
     # Not an OpenAI stand-in: the fake dcgm-exporter (tests/images/fake-dcgm-exporter), built the same way.
     dcgm-exporter)
       args=() context="${here}/../fake-dcgm-exporter" image="labfleet/fake-dcgm-exporter:1"
@@ -42,7 +66,19 @@ for tag in "${tags[@]}"; do
     2-noarch70) args=(--build-arg STANDIN_VERSION=2 --build-arg "STANDIN_TORCH_CUDA_ARCH_LIST=7.5 8.0 8.6 8.9 9.0+PTX") ;;
     *) echo "build.sh: unknown tag ${tag}" >&2; exit 2 ;;
   esac
-  docker build -q --build-arg BASE_IMAGE="${base}" "${args[@]}" -t "${image}" "${context}" >/dev/null
+  if [ -n "${ray}" ]; then
+    docker build -q --build-arg BASE_IMAGE="${base}" "${args[@]}" -t "labfleet/openai-standin:${ray}" "${context}" >/dev/null
+    site=$(ray_site)
+    ctx=$(mktemp -d)
+    cp -a "${site}" "${ctx}/ray-site"
+    rm -f "${ctx}/ray-site/.complete"
+    rm -rf "${ctx}/ray-site/bin"
+    cp "${here}/Dockerfile.ray" "${ctx}/Dockerfile"
+    docker build -q --build-arg STANDIN_IMAGE="labfleet/openai-standin:${ray}" -t "${image}" "${ctx}" >/dev/null
+    rm -rf "${ctx}"
+  else
+    docker build -q --build-arg BASE_IMAGE="${base}" "${args[@]}" -t "${image}" "${context}" >/dev/null
+  fi
   id=$(docker image inspect --format '{{.Id}}' "${image}")
   if [ -f "${tarball}" ] && [ "$(cat "${tarball}.id" 2>/dev/null)" = "${id}" ]; then
     echo "${tag} ${id} ${tarball} unchanged"

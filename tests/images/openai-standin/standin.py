@@ -78,7 +78,8 @@ the vLLM sources named below; all verified):
 - /v1/models entries carry 0.8.5's ModelCard fields, with one ModelPermission (models.http).
 - metrics carry the model_name and engine labels (vllm-0.8.5 vllm/v1/metrics/loggers.py:141-145,
   in that order; metrics.http).
-Standard library only; Python 3.11 (Debian bookworm's python3).
+Standard library only; Python 3.11 (Debian bookworm's python3). With --distributed-executor-backend ray it
+joins a Ray cluster (standin_ray.py; Ray from PyPI, in the image's "-ray" tags only).
 """
 
 import argparse
@@ -160,6 +161,10 @@ def build_parser():
     parser.add_argument("--seed", type=int, default=0)
     # vLLM takes a file path or the template itself (vllm@0.8.5: vllm/entrypoints/openai/cli_args.py).
     parser.add_argument("--chat-template", default=None)
+    # vllm@0.8.5: vllm/engine/arg_utils.py (DistributedExecutorBackend); "ray" joins the cluster of
+    # RAY_ADDRESS (standin_ray.py).
+    parser.add_argument("--distributed-executor-backend", default=None,
+                        choices=["ray", "mp", "uni", "external_launcher"])
     return parser
 
 
@@ -211,7 +216,7 @@ def delay_ms(name, default):
     return value / 1000.0
 
 
-def make_handler(args, api_key, served):
+def make_handler(args, api_key, served, pipeline=None):
     no_tokens = os.environ.get("STANDIN_NO_TOKENS", "") not in ("", "0")
     hang_completions = os.environ.get("STANDIN_HANG_COMPLETIONS", "") not in ("", "0")
     first_token_s = delay_ms("STANDIN_TTFT_MS", 10)
@@ -398,6 +403,8 @@ def make_handler(args, api_key, served):
                 self.hang()
                 return
             started = time.monotonic()
+            if pipeline is not None:  # --distributed-executor-backend ray: through every stage (standin_ray.py)
+                pipeline.forward(uuid.uuid4().hex[:8])
             tokens = [] if no_tokens else [PIECES[i % len(PIECES)] for i in range(max_tokens)]
             with LOCK:
                 STATS["requests"] += 1
@@ -691,7 +698,12 @@ def main(argv=None):
     nccl_hang_s = delay_ms("STANDIN_NCCL_HANG_MS", 0)
     if nccl_hang_s > 0 and args.tensor_parallel_size > 1:
         nccl_hang(args.tensor_parallel_size, nccl_hang_s)
-    server = Server((args.host or "0.0.0.0", args.port), make_handler(args, api_key, served))
+    pipeline = None
+    if args.distributed_executor_backend == "ray":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import standin_ray  # pylint: disable=import-outside-toplevel
+        pipeline = standin_ray.start(args.tensor_parallel_size, args.pipeline_parallel_size)
+    server = Server((args.host or "0.0.0.0", args.port), make_handler(args, api_key, served, pipeline))
     log("Uvicorn running on http://%s:%d (stand-in)" % (args.host or "0.0.0.0", args.port))
     server.serve_forever()
     return 0
