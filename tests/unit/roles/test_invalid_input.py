@@ -42,6 +42,7 @@ CASES = {
     "fleet_report": ("fleet_report_formats", ["pdf"], "must be one or more of: json, markdown, html"),
     "gateway": ("gateway_port", "https", "unable to convert to int"),
     "model_store": ("model_store_convert", "maybe", "unable to convert to bool"),
+    "ray_cluster": ("ray_cluster_port", "gcs", "unable to convert to int"),
 }
 
 # More cases of one role: (role, variable, bad value, what the message says besides the variable's name).
