@@ -266,7 +266,7 @@ def render_unit(tmp_path, argv, docker_args=(), bind="127.0.0.1", **extra):
         "vllm_server_restart_sec": 10, "vllm_server_timeout_start_sec": 3600, "vllm_server_stop_timeout": 60,
         "vllm_server_ipc_host": True, "vllm_server_shm_size": "16g", "vllm_server_no_new_privileges": True,
         "vllm_server_cap_drop": ["ALL"], "vllm_server_cache_dir": "/var/cache/vllm",
-        "vllm_server_docker_args": list(docker_args),
+        "vllm_server_docker_args": list(docker_args), "__vllm_server_group_on": False, "vllm_server_group": {},
     }
     context.update(extra)
     unit = tmp_path / "vllm.service"
@@ -333,3 +333,53 @@ def test_a_newline_in_an_argument_would_inject_a_directive_and_is_refused_first(
     # What the template would make of it: a second ExecStartPre line of the attacker's.
     unit = render_unit(tmp_path, argv)
     assert "\nExecStartPre=/bin/touch /tmp/pwned" in unit.read_text()
+
+
+# --- a host group's leader (issue 27): the group's parallelism over Ray, on the host network -------------
+
+
+GROUP = {"name": "big", "args": {"tensor_parallel_size": 2, "pipeline_parallel_size": 3,
+                                 "distributed_executor_backend": "ray"},
+         "ray_address": "10.0.0.11:6379", "host_ip": "10.0.0.11", "ray_temp_dir": "/var/lib/labfleet/ray/tmp", "nccl_interface": "ens1f0", "revision": "0123abcd"}
+
+
+def group_instances(instances, group):
+    """vars/main.yml's __vllm_server_instances, rendered as Ansible renders it (native types)."""
+    import yaml  # pylint: disable=import-outside-toplevel
+    with open(os.path.join(TOP, "roles", "vllm_server", "vars", "main.yml")) as handle:
+        role_vars = yaml.safe_load(handle)
+    env = jinja2.Environment(undefined=jinja2.Undefined)  # Ansible's default filter takes a missing key
+    env.filters.update(CoreFilters().filters())
+    env.tests.update(CoreTests().tests())
+    context = {"vllm_server_group": group, "__vllm_server_plan_instances": instances,
+               "__vllm_server_group_flags": role_vars["__vllm_server_group_flags"]}
+    context["__vllm_server_group_on"] = env.from_string(role_vars["__vllm_server_group_on"]).render(**context) == "True"
+    context["__vllm_server_group_argv"] = eval(  # pylint: disable=eval-used  # a list literal Jinja printed
+        env.from_string(role_vars["__vllm_server_group_argv"]).render(**context))
+    return eval(env.from_string(role_vars["__vllm_server_instances"]).render(**context))  # pylint: disable=eval-used
+
+
+def test_the_leaders_argv_takes_the_groups_parallelism_instead_of_its_own():
+    plan = [inst(argv=["--tensor-parallel-size", "2", "--dtype", "float16", "-pp", "1", "--enforce-eager",
+                       "--distributed-executor-backend", "mp", "--max-model-len", "32768"])]
+    out = group_instances(plan, GROUP)
+    assert out[0]["argv"] == ["--dtype", "float16", "--enforce-eager", "--max-model-len", "32768",
+                              "--distributed-executor-backend", "ray", "--pipeline-parallel-size", "3",
+                              "--tensor-parallel-size", "2"]
+    assert group_instances(plan, {}) == plan
+
+
+def test_the_leaders_unit_runs_on_the_host_network_with_the_ray_address(tmp_path):
+    argv = ["--dtype", "float16", "--distributed-executor-backend", "ray", "--pipeline-parallel-size", "3",
+            "--tensor-parallel-size", "2"]
+    unit = render_unit(tmp_path, argv, bind="10.0.0.11", __vllm_server_group_on=True, vllm_server_group=GROUP)
+    result = verify(unit)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = unit.read_text()
+    assert "--network host" in text and " -p " not in text
+    for words in ("-e RAY_ADDRESS=10.0.0.11:6379", "-e VLLM_HOST_IP=10.0.0.11", "-e NCCL_SOCKET_IFNAME=ens1f0",
+                  "-e GLOO_SOCKET_IFNAME=ens1f0", "--host 10.0.0.11 --port 8000",
+                  "-v /var/lib/labfleet/ray/tmp:/tmp/ray", "--pipeline-parallel-size 3",
+                  "# Host group big, leader", "cluster revision 0123abcd"):
+        assert words in text, text
+    assert "\n  --port 8000\n" not in text
