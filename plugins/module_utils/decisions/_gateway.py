@@ -117,7 +117,8 @@ def _address(bind, host_address):
 
 
 def host_backends(entry, gateway_host=None):
-    """(backends, left_out) of one host: ``entry`` is {host, verdict, rollout, server, address, bind_default}."""
+    """(backends, left_out) of one host: ``entry`` is {host, verdict, rollout, server, address, bind_default,
+    group (the host group's plan, labfleet_group_verdict, when the host is a member of one)}."""
     entry = _mapping(entry, "host entry")
     host = str(entry.get("host") or "")
     if not host:
@@ -125,7 +126,16 @@ def host_backends(entry, gateway_host=None):
     verdict = _mapping(entry.get("verdict"), "%s: verdict" % host)
     if not verdict:
         return [], [{"host": host, "why": "no plan (run the preflight in the same run: site.yml does)"}]
-    if not verdict.get("allowed"):
+    group = _mapping(entry.get("group"), "%s: group" % host)
+    if group:
+        # A host group (issue 27) serves through its leader's instances only; the group's plan decides.
+        if not group.get("allowed"):
+            return [], [{"host": host, "why": "a member of host group %s, which the preflight refused"
+                         % (group.get("name") or "?")}]
+        if str(group.get("leader") or "") != host:
+            return [], [{"host": host, "why": "a member of host group %s: it serves through the group's leader %s"
+                         % (group.get("name") or "?", group.get("leader") or "?")}]
+    elif not verdict.get("allowed"):
         codes = ", ".join(r.get("code", "?") for r in verdict.get("reasons") or [] if isinstance(r, dict))
         return [], [{"host": host, "why": "refused by the preflight%s" % (" (%s)" % codes if codes else "")}]
     state, why = readiness(_mapping(entry.get("rollout"), "%s: rollout" % host))

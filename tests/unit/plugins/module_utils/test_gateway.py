@@ -57,6 +57,20 @@ def test_a_refused_host_and_a_host_without_a_plan_are_left_out_with_why():
                                 {"host": "new", "why": "no plan (run the preflight in the same run: site.yml does)"}]
 
 
+def test_a_host_group_serves_through_its_leader_only_and_its_plan_decides():
+    group = {"name": "big", "allowed": True, "leader": "gpu1"}
+    refused_alone = verdict(False, reasons=[{"code": "INSUFFICIENT_VRAM", "message": "x"}])
+    view = G.plan_backends([entry("gpu1", verdict=refused_alone, group=group, rollout={"state": "ok", "batch": 1}),
+                            entry("gpu2", group=group, rollout={"state": "ok", "batch": 1}),
+                            entry("solo")])
+    assert [b["host"] for b in view["backends"]] == ["gpu1", "solo"]
+    assert view["backends"][0]["state"] == "ready"
+    assert view["left_out"] == [{"host": "gpu2", "why": "a member of host group big: it serves through the group's "
+                                                         "leader gpu1"}]
+    refused = G.plan_backends([entry("gpu1", group=dict(group, allowed=False))])
+    assert refused["backends"] == [] and "which the preflight refused" in refused["left_out"][0]["why"]
+
+
 def test_loopback_is_reachable_from_a_gateway_on_the_same_host_only():
     inst = [{"name": "vllm", "port": 8000, "bind_address": "127.0.0.1"}]
     view = G.plan_backends([entry("gpu01", verdict=verdict(instances=inst))], gateway_host="gw")
