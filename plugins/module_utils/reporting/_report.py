@@ -402,7 +402,8 @@ def host_outcome(record, mode="rollout"):
         return ("planned", _sentence(
             "Allowed on its own, but a member of host group %s (%s as a group);" % (
                 _text(group.get("name")) or "?", "allowed" if group.get("allowed") else "refused"),
-            "a group member is not rolled out alone and this collection does not roll out a group yet,",
+            "a group member is not rolled out alone%s," % (
+                "" if group.get("allowed") else " and its group is not rolled out while refused"),
             "so nothing was changed on it"), extra)
 
     status = _text(server.get("status"))
@@ -656,6 +657,10 @@ def group_section(records):
     (the fact labfleet_group_verdict that the preflight's group play leaves on every member), by name;
     [] when no record carries one."""
     seen = {}
+    rollouts = {}
+    for record in records or []:
+        if isinstance(record, dict) and _dict(record.get("rollout")):
+            rollouts[_text(record.get("host"))] = _dict(record.get("rollout"))
     for record in records or []:
         plan = _dict(record.get("group")) if isinstance(record, dict) else {}
         name = _text(plan.get("name"))
@@ -678,7 +683,21 @@ def group_section(records):
             "warnings": _codes(plan.get("warnings")),
             "summary": _text(plan.get("summary")),
         }
+        seen[name]["rollout"] = _group_rollout(seen[name]["members"], rollouts)
     return [seen[name] for name in sorted(seen)]
+
+
+def _group_rollout(members, rollouts):
+    """The group's rollout in this run (playbooks/rollout-groups.yml): state ok (every member ok), failed (any
+    member failed: the group fails as one), or none (not rolled out in this run); each member's state and step."""
+    states = [rollouts.get(m) for m in members]
+    if not any(states):
+        return {"state": None, "members": []}
+    each = [{"member": m, "state": _text(_dict(r).get("state")) or None, "step": _text(_dict(r).get("step")) or None,
+             "msg": _text(_dict(r).get("msg"))[:300]} for m, r in zip(members, states)]
+    failed = any(e["state"] == "failed" for e in each)
+    done = all(e["state"] == "ok" for e in each)
+    return {"state": "failed" if failed else ("ok" if done else "incomplete"), "members": each}
 
 
 def build_report(records, mode="rollout", collection="labfleet.vllm", gateways=None, gateway_load=None):

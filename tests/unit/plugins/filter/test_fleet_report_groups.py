@@ -86,3 +86,25 @@ def test_a_refused_group_names_its_reasons():
     assert "- warnings: GROUP_REACHABILITY_UNKNOWN\n" in markdown
     html = render("fleet-report.html.j2", doc)
     assert "<li>reason GROUP_MTU_MISMATCH: &lt;b&gt;mtu&lt;/b&gt;</li>" in html
+
+
+def test_the_groups_rollout_is_one_state_from_its_members():
+    plan = _reference_group()
+    records = _records(plan)
+    for record, name in zip(records[:3], ("gpu1", "gpu2", "gpu3")):
+        record["host"] = name
+        record["rollout"] = {"state": "ok", "step": "", "msg": "", "batch": 1}
+    assert group_section(records)[0]["rollout"]["state"] == "ok"
+    records[2]["rollout"] = {"state": "failed", "step": "ray", "msg": "Unable to start service labfleet-ray", "batch": 1}
+    records[0]["rollout"] = {"state": "failed", "step": "ray", "msg": "host group vllm_group_70b failed", "batch": 1}
+    group = group_section(records)[0]
+    assert group["rollout"]["state"] == "failed"
+    assert [(m["member"], m["state"], m["step"]) for m in group["rollout"]["members"]] == [
+        ("gpu1", "failed", "ray"), ("gpu2", "ok", None), ("gpu3", "failed", "ray")]
+    doc = fleet_report(records, SAMPLE["mode"])
+    markdown = render("fleet-report.md.j2", doc)
+    assert "- rollout: failed; gpu1 failed at step ray: host group vllm_group_70b failed; gpu3 failed at step ray: " \
+        "Unable to start service labfleet-ray" in markdown
+    assert "<li>rollout: failed; gpu1 failed at step ray" in render("fleet-report.html.j2", doc)
+    del records[0]["rollout"], records[1]["rollout"], records[2]["rollout"]
+    assert group_section(records)[0]["rollout"] == {"state": None, "members": []}
