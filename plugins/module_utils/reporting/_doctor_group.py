@@ -99,13 +99,14 @@ def parse_group_record(text):
         doc = text
     if not isinstance(doc, dict):
         raise GroupRecordError("expected a JSON object, got %s" % type(doc).__name__)
-    group = {"name": _str(doc.get("name"), "name"), "member": _str(doc.get("member"), "member"),
+    group = {"name": _str(doc.get("name") or "", "name", empty=True) or "(unnamed)", "member": _str(doc.get("member"), "member"),
              "leader": _str(doc.get("leader"), "leader"),
              "leader_address": _str(doc.get("leader_address"), "leader_address"),
              "port": _int(doc.get("port"), "port", 1), "mtu": _int(doc.get("mtu"), "mtu", 68, optional=True),
              "nccl_interface": _str(doc.get("nccl_interface") or "", "nccl_interface", empty=True),
-             "gpus_total": _int(doc.get("gpus_total"), "gpus_total", 1), "tp": _int(doc.get("tp"), "tp", 1),
-             "pp": _int(doc.get("pp"), "pp", 1), "image_id": str(doc.get("image_id") or "")}
+             "gpus_total": _int(doc.get("gpus_total"), "gpus_total", 1, optional=True),
+             "tp": _int(doc.get("tp"), "tp", 1, optional=True), "pp": _int(doc.get("pp"), "pp", 1, optional=True),
+             "image_id": str(doc.get("image_id") or "")}
     if group["nccl_interface"] and not _IFACE_RE.match(group["nccl_interface"]):
         raise GroupRecordError("nccl_interface: %r is not an interface name" % group["nccl_interface"])
     members = doc.get("members")
@@ -114,6 +115,8 @@ def parse_group_record(text):
     group["members"] = [{"name": _str(_mapping(m).get("name"), "members[%d].name" % i),
                          "address": _str(_mapping(m).get("address"), "members[%d].address" % i),
                          "gpus": _int(_mapping(m).get("gpus"), "members[%d].gpus" % i)} for i, m in enumerate(members)]
+    if group["gpus_total"] is None:  # a record written without the plan's figure: the members' GPUs
+        group["gpus_total"] = sum(m["gpus"] for m in group["members"])
     names = [m["name"] for m in group["members"]]
     if group["leader"] not in names or group["member"] not in names:
         raise GroupRecordError("leader %s and member %s must be among the members (%s)" % (

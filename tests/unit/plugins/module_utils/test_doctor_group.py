@@ -189,6 +189,12 @@ def test_a_bad_group_record_names_the_field(change, words):
     assert words in str(info.value)
 
 
+def test_a_record_without_the_plan_figures_counts_the_members_gpus():
+    doc = dict(copy.deepcopy(GROUP_JSON), gpus_total=None, tp=None, pp=None, mtu=None, name="")
+    group = D.parse_group_record(json.dumps(doc))
+    assert group["gpus_total"] == 6 and group["name"] == "(unnamed)" and group["mtu"] is None
+
+
 def test_the_filters():
     assert doctor_group_record("{not json")["group"] is None
     parsed = doctor_group_record(json.dumps(GROUP_JSON))
