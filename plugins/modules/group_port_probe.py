@@ -18,8 +18,8 @@ description:
     there. Three steps, each run on a member; the preflight's entry point C(group) runs them for every member and
     hands the pairs to M(labfleet.vllm.group_gate).
   - "O(step=listen): a short-lived listener on each port the group needs on this member, at its group address
-    (the wildcard address when that address is not on the host): Ray GCS 6379, the dashboard 8265 and the client
-    server 10001 on the leader; the dashboard agent 52365, both ends of Ray's worker ports (10002, 19999) and one
+    (the wildcard address when that address is not on the host): Ray GCS 6379 and the client server 10001 on the
+    leader; the dashboard agent 52365, both ends of Ray's worker ports (10002, 19999) and one
     port the kernel picks from its ephemeral range (NCCL's sockets) on every member. A port that is already in use
     (Ray already runs there on a re-run) is reported V(in_use) and connected to all the same. The listener is a
     detached process that accepts and closes connections; it ends at the O(step=stop) of the same O(token), or

@@ -105,7 +105,6 @@ GROUP_PLANNED_CODES = ("INSUFFICIENT_VRAM",)
 # (vllm@0.8.5:vllm/executor/ray_distributed_executor.py:377-378, utils.py:626; VLLM_PORT pins it).
 GROUP_PORTS = (
     {"port": "6379", "on": "leader", "what": "Ray GCS server (ray start --head --port)"},
-    {"port": "8265", "on": "leader", "what": "Ray dashboard (--dashboard-port; job submission)"},
     {"port": "10001", "on": "leader", "what": "Ray client server (--ray-client-server-port)"},
     {"port": "52365", "on": "every member", "what": "Ray dashboard agent (--dashboard-agent-listen-port)"},
     {"port": "random unless pinned", "on": "every member",

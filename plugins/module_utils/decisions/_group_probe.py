@@ -10,7 +10,7 @@ each member connects to, and how the answers become the pairs group_gate judges
 (``{from, to, reachable, closed_ports}``, docs/deploy_gate.md "One model across hosts").
 
 The ports come from _group.GROUP_PORTS (the one list of what Ray and NCCL need): every fixed port
-(6379, 8265, 10001 on the leader; 52365 on every member), both ends of a fixed range (10002 and
+(6379, 10001 on the leader; 52365 on every member), both ends of a fixed range (10002 and
 19999, Ray's worker ports), and for the ephemeral ports NCCL's sockets and torch.distributed's
 store bind, one port the member's kernel picks from its ephemeral range. Ports Ray picks at random
 unless pinned cannot be known before Ray runs: they are not probed.

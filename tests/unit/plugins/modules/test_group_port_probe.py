@@ -38,7 +38,7 @@ def test_two_members_listen_connect_and_stop(tmp_path):
             listeners.append(result["listener"])
         leader = listeners[0]
         assert [(p["port"], p["state"]) for p in leader["ports"]] == [
-            (6379, "listening"), (8265, "listening"), (10001, "listening"), (52365, "listening"),
+            (6379, "listening"), (10001, "listening"), (52365, "listening"),
             (10002, "listening"), (19999, "listening")]
         assert leader["bound_address"] == net + "11" and leader["ephemeral_port"] and leader["pid"]
         assert [p["port"] for p in listeners[1]["ports"]] == [52365, 10002, 19999]
@@ -48,7 +48,7 @@ def test_two_members_listen_connect_and_stop(tmp_path):
         assert kind == "exit" and result["changed"] is False
         pair = result["pairs"][0]
         assert (pair["from"], pair["to"], pair["reachable"], pair["closed_ports"]) == ("gpu2", "gpu1", True, [])
-        assert len(pair["ports"]) == 7
+        assert len(pair["ports"]) == 6
         kind, result = _run(step="connect", name="gpu1", members=["gpu1", "gpu2"], listeners=listeners)
         assert [(p["to"], p["reachable"]) for p in result["pairs"]] == [("gpu2", True)]
     finally:
