@@ -13,7 +13,8 @@ initialize_ray_cluster and _wait_until_pg_ready; vllm/executor/ray_distributed_e
   driver's own node ("node:<VLLM_HOST_IP>": 0.001), "Waiting for creating a placement group of specs
   for N seconds" with a doubling interval, up to PG_WAIT_TIMEOUT (1800 s), then a ValueError. It does
   not listen meanwhile: the server's health waits for the whole cluster;
-- one Ray worker per rank on its bundle; rank r is stage r // tp. Every completion here goes through
+- one Ray worker per bundle, ranked as vLLM ranks them (the driver's node first, then the other nodes by
+  IP address as a string: sort_by_driver_then_worker_ip); rank r is stage r // tp. Every completion here goes through
   the stages in order, one remote call per stage on the stage's first rank, so a completion needs
   every member; a worker whose node died fails the request and takes the engine down (vLLM's engine
   dies with a RayActorError and the server exits).
@@ -113,8 +114,17 @@ def start(tp, pp):
             return ray.util.get_node_ip_address()
 
     workers = [Worker.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-        placement_group=group, placement_group_bundle_index=rank)).remote() for rank in range(world)]
-    layout = ray.get([w.where.remote() for w in workers])
+        placement_group=group, placement_group_bundle_index=index)).remote() for index in range(world)]
+    places = ray.get([w.where.remote() for w in workers])
+    # The ranks as vLLM 0.8.5 gives them (ray_distributed_executor.py, sort_by_driver_then_worker_ip): the
+    # driver's node first, then nodes with fewer workers, then by IP address as a string.
+    counts = {}
+    for place in places:
+        counts[place["address"]] = counts.get(place["address"], 0) + 1
+    order = sorted(range(world), key=lambda i: (places[i]["address"] != driver_ip, counts[places[i]["address"]],
+                                                places[i]["address"]))
+    workers = [workers[i] for i in order]
+    layout = [places[i] for i in order]
     for rank, place in enumerate(layout):
         log("rank %d (stage %d, TP rank %d) on %s GPU %s (NCCL_SOCKET_IFNAME=%s)"
             % (rank, rank // tp, rank % tp, place["address"], ",".join(place["gpu"]) or "?",
