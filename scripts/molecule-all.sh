@@ -49,7 +49,7 @@ declare -A estimate=(
   [container_runtime_bookworm]=118 [container_runtime_broken]=58 [container_runtime_trixie]=122
   [nvidia_driver_bookworm_repo]=84 [nvidia_driver_refused]=48 [nvidia_driver_trixie]=120
   [model_store]=90 [preflight_hosts]=64 [preflight_target]=55 [site_rollout]=366
-  [vllm_server_crash]=98 [vllm_server_default]=118 [vllm_server_rollback]=200
+  [vllm_server_crash]=98 [vllm_server_default]=118 [vllm_server_rollback]=200 [ray_group]=900
 )
 if [ -f "${durations}" ]; then
   while read -r name secs; do
