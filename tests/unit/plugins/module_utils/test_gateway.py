@@ -65,8 +65,8 @@ def test_a_host_group_serves_through_its_leader_only_and_its_plan_decides():
                             entry("solo")])
     assert [b["host"] for b in view["backends"]] == ["gpu1", "solo"]
     assert view["backends"][0]["state"] == "ready"
-    assert view["left_out"] == [{"host": "gpu2", "why": "a member of host group big: it serves through the group's "
-                                                         "leader gpu1"}]
+    why = "a member of host group big: it serves through the group's leader gpu1"
+    assert view["left_out"] == [{"host": "gpu2", "why": why}]
     refused = G.plan_backends([entry("gpu1", group=dict(group, allowed=False))])
     assert refused["backends"] == [] and "which the preflight refused" in refused["left_out"][0]["why"]
 

@@ -340,7 +340,8 @@ def test_a_newline_in_an_argument_would_inject_a_directive_and_is_refused_first(
 
 GROUP = {"name": "big", "args": {"tensor_parallel_size": 2, "pipeline_parallel_size": 3,
                                  "distributed_executor_backend": "ray"},
-         "ray_address": "10.0.0.11:6379", "host_ip": "10.0.0.11", "ray_temp_dir": "/var/lib/labfleet/ray/tmp", "nccl_interface": "ens1f0", "revision": "0123abcd"}
+         "ray_address": "10.0.0.11:6379", "host_ip": "10.0.0.11", "ray_temp_dir": "/var/lib/labfleet/ray/tmp",
+         "nccl_interface": "ens1f0", "revision": "0123abcd"}
 
 
 def group_instances(instances, group):
