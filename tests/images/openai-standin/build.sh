@@ -34,7 +34,13 @@ ray_site() {
   site="${out}/ray-site-${sum}"
   if [ ! -f "${site}/.complete" ]; then
     rm -rf "${site}" "${site}.tmp"
-    "${LABFLEET_PIP_PYTHON:-python3}" -m pip install -q --disable-pip-version-check --only-binary=:all: --no-compile \
+    local py="${LABFLEET_PIP_PYTHON:-python3}"
+    # An interpreter without pip (Debian's python3 without python3-pip): pip from a venv of its own.
+    if ! "${py}" -m pip --version >/dev/null 2>&1; then
+      [ -x "${out}/pip-venv/bin/python" ] || "${py}" -m venv "${out}/pip-venv" >&2
+      py="${out}/pip-venv/bin/python"
+    fi
+    "${py}" -m pip install -q --disable-pip-version-check --only-binary=:all: --no-compile \
       --python-version 3.11 --implementation cp --platform manylinux2014_x86_64 \
       --target "${site}.tmp" -c "${here}/ray-constraints.txt" ray >&2
     touch "${site}.tmp/.complete"
