@@ -153,8 +153,9 @@ def test_the_gateway_serves_the_model_from_the_solo_host_while_the_group_is_out(
     answers = []
     for attempt in range(6):
         with urllib.request.urlopen(request, timeout=30) as answer:  # nosec - the scenario's own gateway
-            answers.append((attempt, answer.status, len(json.load(answer)["choices"][0]["text"]) > 0))
-    assert [(status, text) for _, status, text in answers] == [(200, True)] * 6, answers
+            answers.append((answer.status, len(json.load(answer)["choices"][0]["text"]) > 0))
+        assert answers[-1] == (200, True), (attempt, answers)
+    assert len(answers) == 6
 
 
 @pytest.fixture(scope="module")
