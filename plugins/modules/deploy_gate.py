@@ -575,7 +575,10 @@ verdict:
           - The serving path decision (C(path), C(why), C(tried), C(model_path) (the directory the unit mounts),
             C(source_model_path), C(fp16_model_path), C(fp16_weight_bytes), C(fp16_copy) (C(path), C(complete),
             C(disk_free_bytes), C(disk_needed_bytes)), C(gptq_model_path), C(gptq_copy) (as C(fp16_copy)),
-            C(gptq_repack)).
+            C(gptq_repack), C(fp16_fallback)).
+          - C(fp16_fallback) (when the FP16 copy was tried, whether taken or not; else null) - C(model_path),
+            C(weight_bytes), C(copy) (as C(fp16_copy)), C(disk_problem) (the INSUFFICIENT_DISK reason it would have,
+            or null) and C(disk_warning). A host group serves this copy across its members when one host cannot.
           - "C(gptq_repack) (when the repack was planned or tried): C(group_size), C(bits_per_weight), C(model_path),
             C(repacked_bytes), C(repacked_bytes_per_gpu), C(repacked_gib_per_gpu), C(sized_from), C(expected_error)
             (C(rel_rms), C(max_abs_rel), C(source): the converter's measured error against the exact NVFP4 values),

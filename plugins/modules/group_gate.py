@@ -32,7 +32,9 @@ description:
     GPUs, or a stage is not one member; V(GROUP_STAGE_DOES_NOT_FIT) a stage's weights and one
     C(max_model_len) sequence do not fit; V(GROUP_STAGES_UNPLANNED) the model's shapes are unknown;
     V(GROUP_NCCL_INTERFACE_UNSET), V(GROUP_NCCL_INTERFACE_MISSING), V(GROUP_MTU_MISMATCH) the NCCL
-    interface; V(GROUP_MEMBERS_UNREACHABLE) two members do not reach each other."
+    interface; V(GROUP_MEMBERS_UNREACHABLE) two members do not reach each other; V(GROUP_MEMBER_DISK) the FP16
+    copy the group serves does not fit on a member's disk; V(GROUP_INSTANCES_NOT_ONE) a member's request has more
+    or fewer than one vLLM instance."
   - "Warning codes: V(GROUP_REACHABILITY_UNKNOWN), V(GROUP_MEMORY_PLAN_INCOMPLETE), V(GROUP_NOT_NEEDED)."
   - The module never fails for a "no" verdict; it fails only when an input is malformed, and then the
     message names the field and what is expected.
@@ -50,7 +52,8 @@ options:
     description:
       - "The group's hosts, at least two. Each C(name) (str, the inventory name), C(address) (str, the
         address the members reach it at), C(verdict) (dict, its own one-host verdict - C(allowed), C(reasons),
-        and C(serving_path), C(serving) as M(labfleet.vllm.deploy_gate) returns them), C(gpus) (list of
+        and C(serving_path), C(serving), C(deployment), C(instances), C(model_store) as M(labfleet.vllm.deploy_gate)
+        returns them; without C(deployment) and C(instances) no member share is made), C(gpus) (list of
         C(name), C(compute_capability), C(memory_total_mib)), C(driver_version) (str), C(image_digest) (str),
         C(interfaces) (dict, interface name to MTU), C(model_digest) (str, optional)."
     type: list
@@ -175,6 +178,19 @@ group:
           C(alternatives) (C(fp16_group), C(gptq_one_host), each with its size, size per GPU, KV tokens and
           expected error)."
       type: dict
+    member_plans:
+      description:
+        - "Each member's share of an allowed group, by name (empty when the group is refused): what the group
+          rollout applies over the member's own plan - C(allowed), C(reasons), C(serving_path), C(deployment) (its
+          C(serving_path) and C(serving_model_path), the directory the unit mounts), C(serving), C(instances) (the one
+          instance with the group's C(argv): PP x TP over Ray, the group's dtype and max_model_len, no
+          C(--quantization) for the FP16 copy), C(model_store) (fetching the copy's revision C(<revision>+fp16) when
+          the group serves the FP16 copy), C(stage) (C(stage), C(layers), C(leader)), C(tolerated_codes) (the codes
+          that refuse the member alone but not its group) and C(why)."
+        - A member whose own plan is the GPTQ repack (or refused for memory) thus stages and serves the FP16 copy
+          across the group.
+      type: dict
+      sample: {"gpu1": {"serving_path": "fp16_fallback", "deployment": {"serving_model_path": "/srv/models/llama-70b-nvfp4-fp16"}}}
     vllm_args:
       description: The flags the leader's vLLM gets for the group.
       type: dict

@@ -52,10 +52,12 @@ from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._gate impo
     to_mapping,
     to_str,
 )
+from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._model_store import copy_revision
 from ansible_collections.labfleet.vllm.plugins.module_utils.decisions._plan import (
     FALLBACK_TRIGGERS,
     is_nvfp4,
     served_model,
+    vllm_argv,
 )
 from ansible_collections.labfleet.vllm.plugins.module_utils.knowledge._policy import (
     DTYPE_ALIASES,
@@ -84,6 +86,10 @@ GROUP_REASON_CODES = {
     "GROUP_NCCL_INTERFACE_MISSING": "The interface named for NCCL is not on a member.",
     "GROUP_MTU_MISMATCH": "The NCCL interface's MTU differs between members.",
     "GROUP_MEMBERS_UNREACHABLE": "Two members do not reach each other on the ports Ray and NCCL need.",
+    "GROUP_MEMBER_DISK": "The FP16 copy the group serves does not fit on a member's disk (every member holds the "
+                         "whole copy; each stage loads its layers from it).",
+    "GROUP_INSTANCES_NOT_ONE": "A member's request has more or fewer than one vLLM instance; a group serves one, on "
+                               "its leader, over every member's GPUs.",
 }
 GROUP_WARNING_CODES = {
     "GROUP_REACHABILITY_UNKNOWN": "No reachability result for a pair of members; the network check is partial.",
@@ -627,6 +633,115 @@ def choose_path(result, one_host, nvfp4_copy):
 
 
 # ---------------------------------------------------------------------------------------------
+# Each member's share: what its rollout stages and (on the leader) serves
+# ---------------------------------------------------------------------------------------------
+
+
+def _share_inputs(verdict):
+    """The member's own plan's deployment and instances, or None when the caller passed only the
+    verdict's judgement (allowed, reasons, serving): then no share is made."""
+    deployment, instances = verdict.get("deployment"), verdict.get("instances")
+    if not isinstance(deployment, dict) or not isinstance(instances, list):
+        return None
+    return deployment, [i for i in instances if isinstance(i, dict)]
+
+
+def _share_copy(verdict, path):
+    """(directory, bytes, disk record, disk problem) of what the member stages for ``path``: the
+    FP16 copy (its own plan's, taken or as tried) or the checkpoint as it is."""
+    serving = verdict.get("serving") or {}
+    if path != "fp16_fallback":
+        return serving.get("source_model_path") or (verdict.get("deployment") or {}).get("model_path"), None, None, None
+    if verdict.get("serving_path") == "fp16_fallback":
+        return serving.get("fp16_model_path"), serving.get("fp16_weight_bytes"), serving.get("fp16_copy"), None
+    tried = serving.get("fp16_fallback") or {}
+    return tried.get("model_path"), tried.get("weight_bytes"), tried.get("copy"), tried.get("disk_problem")
+
+
+def _share_store(verdict, path, dest, size, copy):
+    """The member's model_store record for its share: its own plan's, fetching the FP16 copy's
+    revision (<revision>+fp16) when the group serves the copy and its own plan fetches another."""
+    store = verdict.get("model_store")
+    if not isinstance(store, dict) or not store.get("url") or path != "fp16_fallback" \
+            or verdict.get("serving_path") == "fp16_fallback":
+        return store
+    copy = copy or {}
+    return dict(store, fetch={"revision": copy_revision(store["revision"], "fp16"), "dest": dest, "bytes": size},
+                disk_free_bytes=copy.get("disk_free_bytes"), disk_needed_bytes=copy.get("disk_needed_bytes"))
+
+
+def _share_instance(inst, result, path):
+    """The member's instance with the group's arguments: PP x TP over Ray, the group's dtype and
+    max_model_len, no --quantization for the FP16 copy (as the one-host FP16 fallback)."""
+    args = dict(inst.get("vllm_args") or {})
+    eager = args.pop("enforce_eager", inst.get("enforce_eager"))
+    if path == "fp16_fallback":
+        args.pop("quantization", None)
+    args.update(tensor_parallel_size=result["tp"], pipeline_parallel_size=result["pp"],
+                distributed_executor_backend="ray")
+    if result["memory"].get("dtype"):
+        args["dtype"] = result["memory"]["dtype"]
+    if result["max_model_len"]:
+        args["max_model_len"] = result["max_model_len"]
+    extra = [str(a) for a in inst.get("extra_args") or []]
+    entry = dict((k, v) for k, v in inst.items() if k not in ("memory_plan", "plan", "reasons", "warnings"))
+    entry.update(allowed=True, vllm_args=dict(args, enforce_eager=eager), enforce_eager=eager,
+                 argv=vllm_argv(args, eager, extra))
+    return entry
+
+
+def _shares(ordered, result):
+    """({member: share}, reasons): each member's share of an allowed group, as the rollout applies
+    it over the member's own plan (preflight_verdict): allowed, serving_path, deployment (what the
+    unit mounts), serving, instances (the leader's serve the group; the others' are not started),
+    model_store (what the member fetches), stage ({stage, layers, leader}), tolerated_codes (what
+    refuses the member alone but not the group: the rollout's recheck lets those pass) and why.
+    Reasons: a member's
+    disk without room for the FP16 copy, a request of more or fewer than one instance."""
+    path = result["choice"].get("serving_path") if result["choice"].get("chosen") in ("group", "one_host") else None
+    if not path:
+        return {}, []
+    shares, reasons = {}, []
+    tolerated = _planned_codes(result["served"]["nvfp4_fp16_copy"])
+    stages = dict((s["member"], s) for s in result["stages"])
+    for member in ordered:
+        verdict, name = member["verdict"], member["name"]
+        inputs = _share_inputs(verdict)
+        if inputs is None:
+            continue
+        deployment, instances = inputs
+        if len(instances) != 1:
+            reasons.append(_reason("GROUP_INSTANCES_NOT_ONE", "member %s's request has %d vLLM instance(s) (%s); a "
+                                   "group serves one, on its leader, over every member's GPUs: give the group's "
+                                   "hosts one instance with gpus: all" % (name, len(instances), ", ".join(
+                                       str(i.get("name")) for i in instances) or "none"), name))
+            continue
+        dest, size, copy, problem = _share_copy(verdict, path)
+        if problem:
+            reasons.append(_reason("GROUP_MEMBER_DISK", "member %s: %s" % (name, problem.get("message")), name))
+        if not dest:
+            continue
+        stage = stages.get(name) or {}
+        shares[name] = {
+            "allowed": True,
+            "reasons": [],
+            "serving_path": path,
+            "deployment": dict(deployment, serving_path=path, serving_model_path=dest),
+            "serving": dict(verdict.get("serving") or {}, path=path, model_path=dest, why=result["choice"]["why"],
+                            **({"fp16_model_path": dest, "fp16_weight_bytes": size, "fp16_copy": copy}
+                               if path == "fp16_fallback" else {})),
+            "instances": [_share_instance(instances[0], result, path)],
+            "model_store": _share_store(verdict, path, dest, size, copy),
+            "stage": {"stage": stage.get("stage"), "layers": stage.get("layers"), "leader": name == result["leader"]},
+            # The codes that refuse the member alone but not its group (the rollout's recheck tolerates them).
+            "tolerated_codes": list(tolerated),
+            "why": "member %s of host group: stage %s of %d, serving %s from %s" % (
+                name, stage.get("stage"), result["pp"], path, dest),
+        }
+    return shares, reasons
+
+
+# ---------------------------------------------------------------------------------------------
 # The group's verdict
 # ---------------------------------------------------------------------------------------------
 
@@ -700,6 +815,14 @@ def _plan_group(members, model, vllm, network, leader, policy_overrides):
                     "https://docs.ray.io/en/latest/ray-core/configure.html"],
     }
     result["choice"] = choose_path(result, ordered[0]["verdict"], nvfp4_copy)
+    shares, share_reasons = _shares(ordered, result) if result["allowed"] else ({}, [])
+    if share_reasons:
+        # The group does not fit after all (a member's disk, its instances): choose again, refused.
+        result["reasons"] += share_reasons
+        result["allowed"] = False
+        result["choice"] = choose_path(result, ordered[0]["verdict"], nvfp4_copy)
+        shares = {}
+    result["member_plans"] = shares
     if result["choice"]["chosen"] == "one_host":
         result["warnings"].append(_reason("GROUP_NOT_NEEDED", "%s: serve it on one host, or keep the group for "
                                           "capacity as separate instances" % result["choice"]["why"]))
@@ -757,4 +880,13 @@ def plan_text(result):
     for key, label in (("fp16_group", "FP16 across the group"), ("gptq_one_host", "GPTQ repack on one host")):
         lines.append("  %s: %s" % (label, _alt_text(choice["alternatives"][key])))
     lines.append("why: %s" % choice["why"].split("; ", 1)[0])
+    shares = result.get("member_plans") or {}
+    for name in [m["name"] for m in result["members"] if m["name"] in shares]:
+        share = shares[name]
+        fetch = (share.get("model_store") or {}).get("fetch") or {}
+        lines.append("rollout on %s: stages %s at %s%s%s" % (
+            name, share["serving_path"], share["deployment"]["serving_model_path"],
+            " (fetched from the model store as revision %s)" % fetch["revision"] if fetch.get("revision") else "",
+            "; serves vllm %s" % " ".join(share["instances"][0]["argv"]) if name == result["leader"]
+            else "; runs a Ray worker, no server"))
     return lines

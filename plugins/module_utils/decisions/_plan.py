@@ -1138,7 +1138,11 @@ def _fp16_option(req, model, judge, fp16_copy, native_why):
                                                          "request.fp16_model_path", "FP16_COPY_DISK_UNCHECKED")
     option = {"judged": judged, "reasons": [], "warnings": [], "ok": False, "fp16_bytes": fp16_bytes,
               "fields": {"path": "fp16_fallback", "model_path": dest, "fp16_model_path": dest,
-                         "fp16_weight_bytes": fp16_bytes, "fp16_copy": record}}
+                         "fp16_weight_bytes": fp16_bytes, "fp16_copy": record},
+              # The FP16 copy as tried, kept in the plan whichever path is taken: a host group serves it
+              # across its members when one host cannot (decisions/_group.py member_share).
+              "tried_record": {"model_path": dest, "weight_bytes": fp16_bytes, "copy": record,
+                               "disk_problem": disk_reason, "disk_warning": disk_warning}}
     if judged["reasons"]:
         option["why"] = "the FP16 fallback is refused too (%s)" % ", ".join(
             sorted(set(r["code"] for r in judged["reasons"])))
@@ -1224,7 +1228,9 @@ def _repack_option(req, model, judge, gptq_copy, native_why, fallback):
 def _serving_path(req, model, native, judge, fp16_copy, gptq_copy=None):
     """How the checkpoint is served: {path, why, model_path (the directory the unit mounts),
     source_model_path, fp16_model_path, fp16_weight_bytes, fp16_copy, gptq_model_path, gptq_copy,
-    gptq_repack, tried, reasons, warnings, judged (the instances' verdicts this path stands on)}."""
+    gptq_repack, tried, fp16_fallback (the FP16 copy as tried, whether taken or not: {model_path,
+    weight_bytes, copy, disk_problem, disk_warning}, or None), reasons, warnings, judged (the
+    instances' verdicts this path stands on)}."""
     policy = judge["policy"]
     mode = req["serving_path"]
     source = req["model_path"]
@@ -1233,7 +1239,8 @@ def _serving_path(req, model, native, judge, fp16_copy, gptq_copy=None):
     triggers = [c for c in FALLBACK_TRIGGERS if c in native_codes]
     out = {"path": "native", "model_path": source, "source_model_path": source, "fp16_model_path": None,
            "fp16_weight_bytes": None, "fp16_copy": None, "gptq_model_path": None, "gptq_copy": None,
-           "gptq_repack": None, "tried": ["native"], "reasons": [], "warnings": [], "judged": native}
+           "gptq_repack": None, "tried": ["native"], "fp16_fallback": None, "reasons": [], "warnings": [],
+           "judged": native}
     method = model.get("quant_method") or "none"
     if mode in CONVERTED_PATHS and model and not nvfp4:
         code, what = ("FP16_FALLBACK_NOT_APPLICABLE", "dequantized") if mode == "fp16_fallback" else (
@@ -1268,6 +1275,7 @@ def _serving_path(req, model, native, judge, fp16_copy, gptq_copy=None):
     if mode != "gptq_repack":
         fallback = _fp16_option(req, model, judge, fp16_copy, native_why)
         out["tried"].append("fp16_fallback")
+        out["fp16_fallback"] = fallback["tried_record"]
         if fallback["ok"] or mode == "fp16_fallback":
             return _take(out, fallback, native_reasons, native_why)
         if linear_shapes(model)[0] is None and not req["gptq_group_size"]:

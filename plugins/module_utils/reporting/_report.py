@@ -675,7 +675,7 @@ def group_section(records):
             "pp": plan.get("pp"),
             "tp": plan.get("tp"),
             "kv_tokens": plan.get("kv_tokens"),
-            "stages": [dict((k, _dict(st).get(k)) for k in _GROUP_STAGE_KEYS) for st in plan.get("stages") or []],
+            "stages": [_group_stage(st, plan.get("member_plans")) for st in plan.get("stages") or []],
             "choice": {"chosen": choice.get("chosen"), "serving_path": choice.get("serving_path"),
                        "why": _text(choice.get("why"))},
             "reasons": [{"code": _text(_dict(r).get("code")), "member": _dict(r).get("member"),
@@ -685,6 +685,18 @@ def group_section(records):
         }
         seen[name]["rollout"] = _group_rollout(seen[name]["members"], rollouts)
     return [seen[name] for name in sorted(seen)]
+
+
+def _group_stage(stage, shares):
+    """A stage of the group's plan, with what its member stages (its share: serving path, directory, the
+    model store revision it fetches; None for a refused group)."""
+    out = dict((k, _dict(stage).get(k)) for k in _GROUP_STAGE_KEYS)
+    share = _dict(_dict(shares).get(_text(out["member"])))
+    fetch = _dict(_dict(share.get("model_store")).get("fetch"))
+    out["serving_path"] = share.get("serving_path")
+    out["model_path"] = _dict(share.get("deployment")).get("serving_model_path")
+    out["store_revision"] = fetch.get("revision")
+    return out
 
 
 def _group_rollout(members, rollouts):

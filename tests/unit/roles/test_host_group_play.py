@@ -126,6 +126,14 @@ def test_the_reference_group_is_planned_as_one_and_recorded_on_every_member(tmp_
         assert left[name]["verdict"] == plan
         assert "labfleet_group_allowed" in left[name]["groups"]
     assert "vllm_group_70b: group of 3: PP 3 x TP 2" in output
+    # Each member's share: the FP16 copy its own plan (the GPTQ repack) does not take, the group's argv.
+    assert sorted(plan["member_plans"]) == list(MEMBERS)
+    share = plan["member_plans"]["gpu3"]
+    assert share["serving_path"] == "fp16_fallback"
+    assert share["deployment"]["serving_model_path"] == "/srv/models/llama-70b-nvfp4-fp16"
+    assert share["stage"]["layers"] == [54, 79]
+    argv = share["instances"][0]["argv"]
+    assert "--quantization" not in argv and argv[argv.index("--pipeline-parallel-size") + 1] == "3"
 
 
 def test_an_mtu_that_differs_refuses_the_group_and_every_member(tmp_path):

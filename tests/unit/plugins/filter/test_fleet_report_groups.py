@@ -73,6 +73,10 @@ def test_markdown_and_html_show_the_group():
     html = render("fleet-report.html.j2", doc)
     assert '<h2 id="groups">Host groups</h2>' in html and "<h3>vllm_group_70b: allowed</h3>" in html
     assert "<li>stage 1 on gpu2: layers 27-53 (27)," in html
+    # What each member stages as its share: the FP16 copy (its own plan alone would take the GPTQ repack).
+    assert "tokens; stages fp16_fallback at /srv/models/llama-70b-nvfp4-fp16\n" in markdown
+    assert "; stages fp16_fallback at <code>/srv/models/llama-70b-nvfp4-fp16</code></li>" in html
+    assert [s["serving_path"] for s in doc["groups"][0]["stages"]] == ["fp16_fallback"] * 3
 
 
 def test_a_refused_group_names_its_reasons():

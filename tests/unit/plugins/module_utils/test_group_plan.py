@@ -382,3 +382,108 @@ def test_the_script_prints_the_reference_plan_and_reads_a_group_file(tmp_path):
     proc = subprocess.run([sys.executable, SCRIPT, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=120, check=False)
     assert proc.returncode == 2
+
+
+# --- each member's share (member_plans) ----------------------------------------------------------
+
+
+def full_member(number, verdict, **changes):
+    """A member as the preflight's group play passes it: the whole one-host verdict."""
+    return member(number, verdict=verdict, address="10.0.0.%d" % (10 + number), **changes)
+
+
+def test_each_member_stages_the_fp16_copy_where_its_own_plan_takes_the_repack(one_host):
+    assert one_host["serving_path"] == "gptq_repack"
+    tried = one_host["serving"]["fp16_fallback"]
+    # The one-host plan keeps the FP16 copy it tried and refused (for VRAM), with its disk check.
+    assert tried["model_path"] == "/srv/models/llama-70b-fp16"
+    assert tried["weight_bytes"] == 2 * PARAMS and tried["disk_problem"] is None
+    result = group([full_member(n, one_host) for n in (1, 2, 3)])
+    assert result["allowed"] is True and result["choice"]["chosen"] == "group"
+    assert sorted(result["member_plans"]) == ["gpu1", "gpu2", "gpu3"]
+    share = result["member_plans"]["gpu2"]
+    assert share["serving_path"] == "fp16_fallback" and share["allowed"] is True
+    assert share["deployment"]["serving_model_path"] == "/srv/models/llama-70b-fp16"
+    assert share["deployment"]["model_path"] == "/srv/models/llama-70b"       # the source, as the plan's
+    assert share["serving"]["fp16_weight_bytes"] == 2 * PARAMS
+    assert share["stage"] == {"stage": 1, "layers": [27, 53], "leader": False}
+    assert "INSUFFICIENT_VRAM" in share["tolerated_codes"]
+    [inst] = share["instances"]
+    argv = inst["argv"]
+    assert "--quantization" not in argv and "gptq" not in argv
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    assert argv[argv.index("--pipeline-parallel-size") + 1] == "3"
+    assert argv[argv.index("--distributed-executor-backend") + 1] == "ray"
+    assert argv[argv.index("--dtype") + 1] == "float16"
+    assert argv[argv.index("--max-model-len") + 1] == "32768"
+    assert argv.count("--enforce-eager") == 1
+    assert inst["name"] == "vllm" and inst["port"] == 8000 and "memory_plan" not in inst
+    # The member's own plan is not changed by its share.
+    assert one_host["deployment"]["serving_model_path"].endswith("-gptq64")
+    assert "--quantization" in one_host["instances"][0]["argv"]
+    text = "\n".join(G.plan_text(result))
+    assert "rollout on gpu1: stages fp16_fallback at /srv/models/llama-70b-fp16; serves vllm " in text
+    assert "rollout on gpu3: stages fp16_fallback at /srv/models/llama-70b-fp16; runs a Ray worker" in text
+
+
+def test_a_member_without_room_for_the_fp16_copy_refuses_the_group(one_host):
+    request = {"image": "vllm/vllm-openai:v0.8.5", "model_path": "/srv/models/llama-70b", "served_model_name": "m",
+               "vllm_args": dict(ARGS), "instances": [{"name": "vllm", "port": 8000, "gpus": "all"}],
+               "driver": {"manage": True, "branch": "550"}}
+    cramped = P.plan(gpus=[dict(V100, index=0), dict(V100, index=1)], driver_version="550.54.14", image=IMAGE,
+                     model=LLAMA_70B_NVFP4, request=request, nvlink=False, today=datetime.date(2026, 12, 1),
+                     fp16_copy={"complete": False, "disk_free_bytes": 100 * 10 ** 9},
+                     gptq_copy={"complete": False, "disk_free_bytes": 100 * 10 ** 9})
+    assert cramped["allowed"] is True and cramped["serving_path"] == "gptq_repack"   # 41 GB fits, 141 GB not
+    assert cramped["serving"]["fp16_fallback"]["disk_problem"]["code"] == "INSUFFICIENT_DISK"
+    result = group([full_member(1, one_host), full_member(2, cramped), full_member(3, one_host)])
+    assert result["allowed"] is False and result["member_plans"] == {}
+    [item] = found(result["reasons"], "GROUP_MEMBER_DISK")
+    assert item["member"] == "gpu2" and "/srv/models/llama-70b-fp16" in item["message"]
+    # Chosen again without the group: the GPTQ repack on one host.
+    assert result["choice"]["chosen"] == "gptq_repack"
+    assert "GROUP_MEMBER_DISK" in result["choice"]["alternatives"]["fp16_group"]["why"]
+
+
+def test_a_group_serves_one_instance(one_host):
+    two = dict(one_host, instances=[dict(one_host["instances"][0]), dict(one_host["instances"][0], name="second")])
+    result = group([full_member(1, two), full_member(2, one_host), full_member(3, one_host)])
+    assert result["allowed"] is False
+    [item] = found(result["reasons"], "GROUP_INSTANCES_NOT_ONE")
+    assert item["member"] == "gpu1" and "vllm, second" in item["message"]
+
+
+def test_a_share_fetches_the_fp16_revision_from_the_model_store(one_host):
+    store = {"url": "http://store:8088", "name": "llama-70b", "revision": "r1", "manifest_url": "http://store/m",
+             "manifest_sha256": "c" * 64, "total_bytes": 42_700_000_000,
+             "fetch": {"revision": "r1+gptq-g64", "dest": "/srv/models/llama-70b-gptq64", "bytes": 41_129_623_552}}
+    stored = dict(one_host, model_store=store)
+    share = group([full_member(n, stored) for n in (1, 2, 3)])["member_plans"]["gpu1"]
+    assert share["model_store"]["fetch"] == {"revision": "r1+fp16", "dest": "/srv/models/llama-70b-fp16",
+                                             "bytes": 2 * PARAMS}
+    assert share["model_store"]["disk_needed_bytes"] == 2 * PARAMS
+    assert share["model_store"]["url"] == "http://store:8088"
+    assert store["fetch"]["revision"] == "r1+gptq-g64"                # the member's own record is untouched
+
+
+def test_a_plain_checkpoint_refused_alone_for_memory_gets_a_native_share():
+    request = {"image": "vllm/vllm-openai:v0.8.5", "model_path": "/srv/models/llama-70b-fp16ckpt",
+               "served_model_name": "m", "vllm_args": dict(ARGS),
+               "instances": [{"name": "vllm", "port": 8000, "gpus": "all"}],
+               "driver": {"manage": True, "branch": "550"}}
+    alone = P.plan(gpus=[dict(V100, index=0), dict(V100, index=1)], driver_version="550.54.14", image=IMAGE,
+                   model=LLAMA_70B_FP16, request=request, nvlink=False, today=datetime.date(2026, 12, 1))
+    assert alone["allowed"] is False and codes(alone["reasons"]) == ["INSUFFICIENT_VRAM"]
+    result = group([full_member(n, alone) for n in (1, 2, 3)], model=LLAMA_70B_FP16)
+    assert result["allowed"] is True, result["reasons"]
+    share = result["member_plans"]["gpu1"]
+    assert share["serving_path"] == "native" and share["allowed"] is True
+    assert share["deployment"]["serving_model_path"] == "/srv/models/llama-70b-fp16ckpt"
+    assert share["tolerated_codes"] == ["INSUFFICIENT_VRAM"]
+    assert share["instances"][0]["argv"][:4] == ["--tensor-parallel-size", "2", "--pipeline-parallel-size", "3"]
+
+
+def test_no_share_without_the_members_deployments():
+    # A caller that passes only the judgement (plan-group.py's GROUP.json, say) gets the plan and no shares.
+    result = group()
+    assert result["allowed"] is True and result["member_plans"] == {}
