@@ -75,6 +75,13 @@ def test_the_upgrade_report_shows_the_group_rolled_out_as_one():
     argv = leader["serving"]["instances"][0]["flags"]
     for flag in ("--tensor-parallel-size 2", "--pipeline-parallel-size 3", "--distributed-executor-backend ray"):
         assert flag in argv, argv
+    # The Ray workers restarted on the new image: deployed, serving through the leader (not "unknown").
+    for name in MEMBERS[1:]:
+        worker = [h for h in report["hosts"] if h["host"] == name][0]
+        assert worker["outcome"] == "deployed", worker["outcome_detail"]
+        assert "A Ray worker of host group vllm_group_a" in worker["outcome_detail"], worker["outcome_detail"]
+    # Each member staged its share of the group's plan (member_plans): here the checkpoint as it is.
+    assert [(s["serving_path"], s["model_path"]) for s in group["stages"]] == [("native", "/srv/models/quasar")] * 3
 
 
 @pytest.mark.parametrize("name", MEMBERS)

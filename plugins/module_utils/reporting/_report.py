@@ -380,8 +380,10 @@ def host_outcome(record, mode="rollout"):
 
     verdict = pre.get("verdict")
     probe_only = bool(pre.get("probe_only"))
-    # 2. Refused by the preflight (probe-only hosts included).
-    if verdict == "refused":
+    group = _mapping(record.get("group"))
+    # 2. Refused by the preflight (probe-only hosts included); a member refused alone for what its allowed group
+    # plans (the memory) is rolled out with the group, and judged by what the rollout says below.
+    if verdict == "refused" and not (group and group.get("allowed") is True and rollout.get("state")):
         codes = _codes(pre.get("reasons"))
         return ("refused", _sentence(
             "Probe only; refused" if probe_only else "Refused",
@@ -396,7 +398,6 @@ def host_outcome(record, mode="rollout"):
         return ("planned", _sentence(
             "Allowed; nothing rolled out (%s)." % why, ("Plan: " + plan) if plan else ""), extra)
 
-    group = _mapping(record.get("group"))
     # 3b. A member of a host group: planned with its group, never rolled out on its own.
     if verdict == "allowed" and group and not server and not rollout:
         return ("planned", _sentence(
@@ -459,6 +460,20 @@ def host_outcome(record, mode="rollout"):
                 _text(server.get("image_digest")) or _text(server.get("image")) or "image unknown")), extra)
     if status == "check_mode":
         return ("check_mode", "Check mode: the rollout was simulated, nothing was changed.", extra)
+
+    # 8b. A member of a host group that serves through its leader: a Ray worker, no server of its own; the
+    # group's completion was smoke-tested on the leader before the group's rollout was ok.
+    if group and state == "ok" and not status:
+        share = _mapping(_mapping(group.get("member_plans")) or {}).get(record.get("host")) if group.get(
+            "member_plans") else None
+        stage = (_mapping((share or {}).get("stage")) or {}).get("stage")
+        changed = rollout.get("changed") is True
+        return ("deployed" if changed else "serving", _sentence(
+            "A Ray worker of host group %s%s, %s;" % (
+                _text(group.get("name")) or "?", " (stage %s)" % stage if stage is not None else "",
+                "(re)started by this run" if changed else "unchanged by this run"),
+            "the group serves through its leader %s, whose completion went through every stage" % (
+                _text(group.get("leader")) or "?")), extra)
 
     # 9. Nothing says what happened.
     if status:

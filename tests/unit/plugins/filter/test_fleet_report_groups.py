@@ -112,3 +112,27 @@ def test_the_groups_rollout_is_one_state_from_its_members():
     assert "<li>rollout: failed; gpu1 failed at step ray" in render("fleet-report.html.j2", doc)
     del records[0]["rollout"], records[1]["rollout"], records[2]["rollout"]
     assert group_section(records)[0]["rollout"] == {"state": None, "members": []}
+
+
+def test_a_ray_worker_of_a_rolled_out_group_is_deployed_or_serving_not_unknown():
+    from ansible_collections.labfleet.vllm.plugins.module_utils.reporting._report import host_entry
+    plan = dict(_reference_group(), name="vllm_group_70b")
+    allowed = {"plan": {"allowed": True, "reasons": [], "warnings": []}, "nvidia": {}, "host": {}}
+    worker = {"host": "gpu2", "reachable": True, "preflight": allowed, "group": plan,
+              "rollout": {"state": "ok", "step": "", "msg": "", "batch": 1, "changed": True}}
+    entry = host_entry(worker)
+    assert entry["outcome"] == "deployed", entry["outcome_detail"]
+    assert "A Ray worker of host group vllm_group_70b (stage 1), (re)started by this run" in entry["outcome_detail"]
+    assert "through its leader gpu1" in entry["outcome_detail"]
+    worker["rollout"]["changed"] = False
+    assert host_entry(worker)["outcome"] == "serving"
+    # Refused alone only for the memory its allowed group plans: judged by the group's rollout, not "refused".
+    alone = {"plan": {"allowed": False, "reasons": [{"code": "INSUFFICIENT_VRAM", "message": "x"}], "warnings": []},
+             "nvidia": {}, "host": {}}
+    assert host_entry(dict(worker, preflight=alone))["outcome"] == "serving"
+    # Before the group's rollout (or with the group refused) it stays refused.
+    assert host_entry(dict(worker, preflight=alone, rollout=None))["outcome"] == "refused"
+    assert host_entry(dict(worker, preflight=alone, group=dict(plan, allowed=False)))["outcome"] == "refused"
+    # A failed group rollout is the member's failure.
+    failed = dict(worker, rollout={"state": "failed", "step": "ray", "msg": "host group vllm_group_70b failed"})
+    assert host_entry(failed)["outcome"] == "failed"
