@@ -28,6 +28,7 @@ help:
 	@echo "make images     build the Molecule base images (debootstrap + docker import)"
 	@echo "make build      ansible-galaxy collection build"
 	@echo "make demo       sandbox lab: 3 containers with fake GPUs, site.yml on them, the API called (docs/demo.md)"
+	@echo "                DEMO_GROUP=1: 3 more hosts serving the model together over Ray (a host group, docs/groups.md)"
 	@echo "make demo-clean remove the sandbox lab's containers, volumes, network and inventory"
 	@echo "make bench-store  the model store on three fake-GPU hosts with a 1 GB synthetic model: bytes per host, converged re-run, conversions (docs/performance.md)"
 	@echo "make bench-fleet  the preflight timed on 1, 4 and 16 fake-GPU hosts at forks 16, ratio 16:1 (BENCH_FLEET_SIZES; docs/performance.md)"
@@ -197,7 +198,7 @@ clean-images:
 # The sandbox lab (docs/demo.md). scripts/demo.sh installs what it needs itself (.venv included),
 # so that the duration it prints covers everything.
 demo:
-	scripts/demo.sh up
+	DEMO_GROUP="$(DEMO_GROUP)" scripts/demo.sh up
 
 demo-clean:
 	scripts/demo.sh clean

@@ -26,6 +26,11 @@ label=org.labfleet.demo=1
 network=labfleet-demo
 inventory=inventories/sandbox
 hosts=(demo-v100-a demo-p100 demo-v100-b)
+# The switch for a host group (make demo DEMO_GROUP=1): three more 2x V100 hosts serving the model
+# together over a real Ray cluster (pipeline parallel 3 x tensor parallel 2; docs/groups.md).
+demo_group=${DEMO_GROUP:-0}
+case "${demo_group}" in 1|true|yes|on) demo_group=1 ;; *) demo_group=0 ;; esac
+[ "${demo_group}" = 0 ] || hosts+=(demo-group-1 demo-group-2 demo-group-3)
 gateway=demo-gateway
 # Streams at a time through the gateway while the fleet is upgraded or a host is killed.
 load_concurrency=4
@@ -43,7 +48,7 @@ up() {
   molecule/images/build.sh bookworm
 
   log "the lab: network ${network}, containers ${hosts[*]}, inventory ${inventory}/"
-  ansible-playbook tests/sandbox/lab.yml -i localhost,
+  ansible-playbook tests/sandbox/lab.yml -i localhost, -e labfleet_demo_group="$([ "${demo_group}" = 1 ] && echo true || echo false)"
 
   for h in "${hosts[@]}"; do
     docker exec "${h}" test -f /etc/labfleet-sandbox-prepared 2>/dev/null || prepare+=("${h}")
@@ -68,6 +73,10 @@ up() {
 
   log "outcome per host (expected: ${inventory}/hosts.yml, found: reports/fleet-report.json)"
   check_outcomes || rc=1
+  if [ "${demo_group}" = 1 ]; then
+    log "the host group vllm_group_demo: planned as one, rolled out as one, a completion through every member"
+    check_group || rc=1
+  fi
 
   mkdir -p .cache/sandbox
   log "the gateway (${gateway}): one address for the fleet"
@@ -215,7 +224,10 @@ check_outcomes() {
   python3 - "${inventory}/hosts.yml" reports/fleet-report.json <<'EOF'
 import json, sys, yaml
 hosts_file, report_file = sys.argv[1:]
-inventory = yaml.safe_load(open(hosts_file))["vllm_hosts"]["hosts"]
+group = yaml.safe_load(open(hosts_file))["vllm_hosts"]
+inventory = dict(group["hosts"])
+for child in (group.get("children") or {}).values():   # the host group (DEMO_GROUP=1)
+    inventory.update(child["hosts"])
 expect = {host: hostvars["labfleet_demo_expect"] for host, hostvars in inventory.items()}
 report = {h["host"]: h for h in json.load(open(report_file))["hosts"]}
 ok = True
@@ -232,6 +244,43 @@ for host, want in expect.items():
                                            "as expected" if good else "EXPECTED " + want))
 sys.exit(0 if ok else 1)
 EOF
+}
+
+# The host group (DEMO_GROUP=1): the report's groups section (allowed, each stage and what its member staged,
+# the rollout ok), the leader's server over the group (its flags), one completion on the leader, and the
+# path it took through every member's stage (the stand-in's journal on the leader).
+check_group() {
+  local leader=demo-group-1 rc=0
+  python3 - reports/fleet-report.json <<'EOF' || rc=1
+import json, sys
+doc = json.load(open(sys.argv[1]))
+groups = [g for g in doc.get("groups", []) if g["name"] == "vllm_group_demo"]
+if not groups:
+    print("  the report has no group vllm_group_demo")
+    sys.exit(1)
+g = groups[0]
+print("  %s: %s; %s" % (g["name"], "allowed" if g["allowed"] else "REFUSED", g["summary"]))
+for st in g["stages"]:
+    print("  stage %s on %s: layers %s-%s, %.1f GiB of weights per GPU, KV cache for %s tokens; stages %s at %s" % (
+        st["stage"], st["member"], st["layers"][0], st["layers"][1], (st["weight_bytes_per_gpu"] or 0) / 2 ** 30,
+        st["kv_tokens"], st["serving_path"], st["model_path"]))
+rollout = g.get("rollout") or {}
+hosts = dict((h["host"], h) for h in doc["hosts"])
+leader = hosts.get(g["leader"]) or {}
+flags = ((leader.get("serving") or {}).get("instances") or [{}])[0].get("flags", "")
+print("  rollout: %s; leader %s: %s; flags: %s" % (rollout.get("state"), g["leader"], leader.get("outcome"), flags))
+for name in g["members"][1:]:
+    entry = hosts.get(name) or {}
+    print("  %s: %s (%s)" % (name, entry.get("outcome"), entry.get("outcome_detail", "")[:140]))
+ok = (g["allowed"] and rollout.get("state") == "ok" and leader.get("outcome") in ("deployed", "serving")
+      and "--pipeline-parallel-size 3" in flags and "--distributed-executor-backend ray" in flags)
+sys.exit(0 if ok else 1)
+EOF
+  call_api "${leader}" "$(container_ip "${leader}")" 8000 || rc=1
+  # The stand-in logs the path of each completion through the stages (standin_ray.py).
+  docker exec "${leader}" journalctl -u vllm.service --no-pager -o cat 2>/dev/null | grep "went through stages" \
+    | tail -n 1 | sed 's/^/  /' | grep . || { echo "  the leader's journal shows no completion through the stages"; rc=1; }
+  return "${rc}"
 }
 
 # Each host's doctor status and its first problem, from the report's doctor section.
@@ -256,7 +305,9 @@ import json, os, sys
 folder = sys.argv[1]
 doc = json.load(open(os.path.join(folder, "fleet-report.json")))
 markdown = open(os.path.join(folder, "fleet-report.md")).read()
-serving = [h["host"] for h in doc["hosts"] if h["outcome"] in ("deployed", "serving")]
+# A host group's Ray workers serve through the group's leader, which is measured for the group.
+workers = set(m for g in doc.get("groups", []) for m in g["members"] if m != g["leader"])
+serving = [h["host"] for h in doc["hosts"] if h["outcome"] in ("deployed", "serving") and h["host"] not in workers]
 bench = dict((h["host"], h) for h in (doc.get("benchmark") or {}).get("hosts", []))
 ok = bool(serving)
 for host in serving:
