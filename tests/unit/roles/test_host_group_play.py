@@ -54,7 +54,7 @@ def _facts(number, mtu, gpus, network="10.0.0."):
 
 
 def run_group_play(tmp_path, groups=("vllm_group_70b",), mtus=(9000, 9000, 9000), unplanned=(), allowed=(),
-                   rollout=False, probe=False, network="10.0.0.", check=False):
+                   rollout=False, probe=False, network="10.0.0.", check=False, then=None):
     """Run the group play on the stand-in members (then playbooks/rollout.yml when ``rollout``); returns
     (output, {member: {verdict, groups}}). ``probe``: the reachability probe (preflight_group_probe_network),
     off unless a test runs it: the members' addresses (``network`` + 11, 12, 13) must then be on this machine
@@ -98,6 +98,9 @@ def run_group_play(tmp_path, groups=("vllm_group_70b",), mtus=(9000, 9000, 9000)
             {"ansible.builtin.import_playbook": os.path.join(TOP, "playbooks", "preflight-groups.yml")}]
     if rollout:
         play.append({"ansible.builtin.import_playbook": os.path.join(TOP, "playbooks", "rollout.yml")})
+    if then:
+        (tmp_path / "then.yml").write_text(json.dumps(then))
+        play.append({"ansible.builtin.import_playbook": str(tmp_path / "then.yml")})
     play.append({"ansible.builtin.import_playbook": str(tmp_path / "after.yml")})
     (tmp_path / "play.yml").write_text(json.dumps(play))
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(TOP, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
@@ -171,3 +174,31 @@ def test_the_rollout_leaves_the_members_out_even_where_their_own_plan_allows_the
     assert "Leave a member of a host group out" in output
     assert "TASK [Decide whether the rollout goes on with this batch]" not in output
     assert "TASK [Driver]" not in output
+
+
+def test_the_vllm_server_role_takes_each_members_share_over_its_own_plan(tmp_path):
+    """What the vllm_server role reads of the plan (its vars/main.yml) on a member given its share, as
+    playbooks/rollout-groups.yml passes it (vllm_server_group.plan): the FP16 copy, not the member's own
+    GPTQ repack; the stage entry point's vllm_server_group (no ray_address) is not the leader's server."""
+    values = ("{{ {'path': __vllm_server_serving_path, 'fallback': __vllm_server_fallback | bool, "
+              "'repack': __vllm_server_repack | bool, 'mount': __vllm_server_serving_model_path | trim, "
+              "'argv': __vllm_server_instances | map(attribute='argv') | list, "
+              "'group_on': __vllm_server_group_on | bool, 'own': preflight_verdict['serving_path']} | to_json }}")
+    read = {"name": "Its internal values",
+            "ansible.builtin.include_vars": {"file": os.path.join(TOP, "roles", "vllm_server", "vars", "main.yml")}}
+    write = {"name": "Write them", "delegate_to": "localhost",
+             "ansible.builtin.copy": {"content": values, "dest": str(tmp_path) + "/share-{{ inventory_hostname }}.json",
+                                      "mode": "0600"},
+             "vars": {"vllm_server_group": {"name": "vllm_group_70b",
+                                            "plan": "{{ labfleet_group_verdict['member_plans'][inventory_hostname] }}"}}}
+    then = [{"name": "What the vllm_server role reads on each member", "hosts": "vllm_hosts", "gather_facts": False,
+             "tasks": [read, write]}]
+    run_group_play(tmp_path, then=then)
+    for name in MEMBERS:
+        seen = json.loads((tmp_path / ("share-%s.json" % name)).read_text())
+        assert seen["own"] == "gptq_repack"
+        assert (seen["path"], seen["fallback"], seen["repack"]) == ("fp16_fallback", True, False), seen
+        assert seen["mount"] == "/srv/models/llama-70b-nvfp4-fp16"
+        assert seen["group_on"] is False
+        [argv] = seen["argv"]
+        assert "--quantization" not in argv and argv[argv.index("--pipeline-parallel-size") + 1] == "3"
