@@ -696,8 +696,8 @@ def _shares(ordered, result):
     unit mounts), serving, instances (the leader's serve the group; the others' are not started),
     model_store (what the member fetches), stage ({stage, layers, leader}), tolerated_codes (what
     refuses the member alone but not the group: the rollout's recheck lets those pass) and why.
-    Reasons: a member's
-    disk without room for the FP16 copy, a request of more or fewer than one instance."""
+    Reasons: a member's disk without room for the FP16 copy, a request of more or fewer than one
+    instance."""
     path = result["choice"].get("serving_path") if result["choice"].get("chosen") in ("group", "one_host") else None
     if not path:
         return {}, []

@@ -464,9 +464,8 @@ def host_outcome(record, mode="rollout"):
     # 8b. A member of a host group that serves through its leader: a Ray worker, no server of its own; the
     # group's completion was smoke-tested on the leader before the group's rollout was ok.
     if group and state == "ok" and not status:
-        share = _mapping(_mapping(group.get("member_plans")) or {}).get(record.get("host")) if group.get(
-            "member_plans") else None
-        stage = (_mapping((share or {}).get("stage")) or {}).get("stage")
+        share = _mapping((_mapping(group.get("member_plans")) or {}).get(record.get("host"))) or {}
+        stage = (_mapping(share.get("stage")) or {}).get("stage")
         changed = rollout.get("changed") is True
         return ("deployed" if changed else "serving", _sentence(
             "A Ray worker of host group %s%s, %s;" % (
