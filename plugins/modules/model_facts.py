@@ -46,6 +46,18 @@ options:
       - A finite number from 0 to 1000000 (1 PB); NaN, infinities and negative values fail the task.
     type: float
     default: 100
+  missing:
+    description:
+      - What a O(path) that does not exist, or is not a directory, does.
+      - V(fail) fails the task with a message naming the path.
+      - V(report) returns C(present=false) and an empty C(model) instead, and the caller judges it (the
+        preflight does, and the deployment gate refuses a host without its model or plans the model's
+        staging). It saves the caller a M(ansible.builtin.stat) of the directory first, a module call
+        per host.
+      - A directory that exists but holds a missing or malformed file fails the task either way.
+    type: str
+    choices: [fail, report]
+    default: fail
 extends_documentation_fragment:
   - labfleet.vllm.attributes
   - labfleet.vllm.attributes.read_only
@@ -75,6 +87,12 @@ EXAMPLES = r"""
     # ... gpus, driver_version, image, vllm
   register: __vllm_verdict
 
+- name: Read the model if the host has it (no model directory is not a failure)
+  labfleet.vllm.model_facts:
+    path: /data/model
+    missing: report
+  register: __vllm_model
+
 - name: Want more headroom on the model disk
   labfleet.vllm.model_facts:
     path: /data/model
@@ -82,8 +100,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+present:
+  description: Whether O(path) is a directory. False only with O(missing=report), and C(model) is then empty.
+  returned: success
+  type: bool
+  sample: true
 model:
-  description: What the model directory holds.
+  description: What the model directory holds (empty when C(present) is false).
   returned: success
   type: dict
   contains:
@@ -314,6 +337,7 @@ model:
 """
 
 import math
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -330,6 +354,7 @@ MAX_MIN_FREE_DISK_GB = 1000000
 ARGUMENT_SPEC = dict(
     path=dict(type="path", required=True),
     min_free_disk_gb=dict(type="float", default=100),
+    missing=dict(type="str", choices=["fail", "report"], default="fail"),
 )
 
 
@@ -353,6 +378,8 @@ def main():
     minimum = module.params["min_free_disk_gb"]
     if not math.isfinite(minimum) or not 0 <= minimum <= MAX_MIN_FREE_DISK_GB:
         module.fail_json(msg=_bad_minimum(minimum))
+    if module.params["missing"] == "report" and not os.path.isdir(path):
+        module.exit_json(changed=False, present=False, model={})
     try:
         model = read_model_dir(path)
     except ModelFileError as exc:
@@ -368,7 +395,7 @@ def main():
                     % (model["disk_free_gb"], path, minimum))
     for note in model["notes"]:
         module.warn(note)
-    module.exit_json(changed=False, model=model)
+    module.exit_json(changed=False, present=True, model=model)
 
 
 if __name__ == "__main__":

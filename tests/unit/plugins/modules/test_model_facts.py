@@ -91,6 +91,36 @@ def test_path_that_is_a_file(tmp_path, capsys):
     assert result["failed"] is True and "is not a directory" in result["msg"]
 
 
+def test_missing_directory_fails_by_default(tmp_path, capsys):
+    result = run({"path": str(tmp_path / "absent")}, capsys)
+    assert result["failed"] is True and "model directory does not exist" in result["msg"]
+
+
+@pytest.mark.parametrize("kind", ["absent", "file"])
+def test_missing_report_returns_no_model_instead_of_failing(tmp_path, capsys, kind):
+    # The preflight's call: no model directory (or a file in its place) is the gate's to judge.
+    target = tmp_path / "model"
+    if kind == "file":
+        target.write_text("{}")
+    result = run({"path": str(target), "missing": "report", "min_free_disk_gb": 0}, capsys)
+    assert not result.get("failed"), result
+    assert result["changed"] is False
+    assert result["present"] is False and result["model"] == {}
+
+
+def test_missing_report_still_reads_a_directory_and_fails_on_a_broken_one(tmp_path, capsys):
+    good = tmp_path / "good"
+    good.mkdir()
+    B.model_dir(str(good), "plain", "BF16")
+    result = run({"path": str(good), "missing": "report", "min_free_disk_gb": 0}, capsys)
+    assert result["present"] is True and sorted(result["model"]["gate"]) == sorted(GATE_KEYS)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    result = run({"path": str(broken), "missing": "report", "min_free_disk_gb": 0}, capsys)
+    assert result["failed"] is True and "config.json" in result["msg"]
+
+
 def test_negative_threshold_is_refused(tmp_path, capsys):
     result = run({"path": str(tmp_path), "min_free_disk_gb": -1}, capsys)
     assert result["failed"] is True and "min_free_disk_gb" in result["msg"]
