@@ -31,7 +31,7 @@ help:
 	@echo "                DEMO_GROUP=1: 3 more hosts serving the model together over Ray (a host group, docs/groups.md)"
 	@echo "make demo-clean remove the sandbox lab's containers, volumes, network and inventory"
 	@echo "make bench-store  the model store on three fake-GPU hosts with a 1 GB synthetic model: bytes per host, converged re-run, conversions (docs/performance.md)"
-	@echo "make bench-fleet  the preflight timed on 1, 4 and 16 fake-GPU hosts at forks 16, ratio 16:1 (BENCH_FLEET_SIZES; docs/performance.md)"
+	@echo "make bench-fleet  the preflight and a converged site.yml re-run timed on 1, 4 and 16 fake-GPU hosts at forks 16, ratio 16:1 (BENCH_FLEET_SIZES, BENCH_FLEET_SITE=0; docs/performance.md)"
 	@echo "make bench      NVFP4->FP16 converter: GB/s against writing the same bytes (goal >= 75%), torch's emulation for information (SIZE_GB=2; in the compat venv)"
 	@echo "make bench-compat  our NVFP4 converter vs compressed-tensors' own decompression (pinned; in the compat venv)"
 	@echo "make bench-repack  NVFP4->GPTQ int4 repacker: error table, bits/weight, size, throughput (REPACK_SIZE_GB=0.25; numpy in .venv)"
