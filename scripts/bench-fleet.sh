@@ -18,7 +18,7 @@
 #    for each size, tests/sandbox/bench_site.yml starts that many SERVING hosts (bench-site-01..NN: a
 #    Docker engine inside each, the sandbox lab's deployment of the stand-in server) and writes
 #    .cache/bench-fleet/site-inventory/; tests/sandbox/prepare.yml prepares the new ones (the demo's
-#    fixtures); a first, untimed-for-the-ratio `site.yml -f 16` rolls out the hosts this size adds, then
+#    fixtures); a first `site.yml -f 16` rolls out the hosts this size adds (timed: "first run s"), then
 #      ansible-playbook site.yml -i .cache/bench-fleet/site-inventory -f 16
 #    runs BENCH_FLEET_SITE_RUNS times (default 1), each of which must change nothing on any host
 #    (PLAY RECAP changed=0, failed=0, unreachable=0 on every one): the converged re-run. Printed: the
