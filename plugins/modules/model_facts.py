@@ -337,11 +337,11 @@ model:
 """
 
 import math
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.labfleet.vllm.plugins.module_utils.probes._model import (
+    ModelDirMissing,
     ModelFileError,
     read_model_dir,
 )
@@ -378,10 +378,12 @@ def main():
     minimum = module.params["min_free_disk_gb"]
     if not math.isfinite(minimum) or not 0 <= minimum <= MAX_MIN_FREE_DISK_GB:
         module.fail_json(msg=_bad_minimum(minimum))
-    if module.params["missing"] == "report" and not os.path.isdir(path):
-        module.exit_json(changed=False, present=False, model={})
     try:
         model = read_model_dir(path)
+    except ModelDirMissing as exc:
+        if module.params["missing"] == "report":
+            module.exit_json(changed=False, present=False, model={})
+        module.fail_json(msg="model_facts: %s" % exc, file=exc.path, problem=exc.problem)
     except ModelFileError as exc:
         module.fail_json(msg="model_facts: %s" % exc, file=exc.path, problem=exc.problem)
     except Exception as exc:  # pylint: disable=broad-except

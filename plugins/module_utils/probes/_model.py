@@ -144,6 +144,10 @@ class ModelFileError(Exception):
         super(ModelFileError, self).__init__("%s: %s" % (path, problem))
 
 
+class ModelDirMissing(ModelFileError):
+    """The model directory itself does not exist or is not a directory (read_model_dir)."""
+
+
 # ---------------------------------------------------------------------------------------------
 # JSON files
 # ---------------------------------------------------------------------------------------------
@@ -1157,9 +1161,9 @@ def gate_input(model):
 def read_model_dir(model_dir, max_header_bytes=MAX_HEADER_BYTES):
     """Everything model_facts reports about ``model_dir`` (see the module's RETURN)."""
     if not os.path.exists(model_dir):
-        raise ModelFileError(model_dir, "model directory does not exist")
+        raise ModelDirMissing(model_dir, "model directory does not exist")
     if not os.path.isdir(model_dir):
-        raise ModelFileError(model_dir, "is not a directory (give the directory holding config.json)")
+        raise ModelDirMissing(model_dir, "is not a directory (give the directory holding config.json)")
     config_path = os.path.join(model_dir, "config.json")
     cfg = read_json_object(config_path)
     model = {"path": model_dir}
