@@ -725,7 +725,8 @@ def chat_completion(url, body, headers=None, timeout=120.0, clock=time.monotonic
 
     ``timeout`` bounds the whole request, the stream included. Returns ``{status, text, tokens,
     ttft_s, latency_s, finish_reason, done, timed_out, error}``; ``error`` is None when the server
-    answered 200 with a complete, readable body (it may still hold no tokens).
+    answered 200 with a complete, readable body (it may still hold no tokens); a stream is complete
+    only with its ``data: [DONE]``.
     """
     all_headers = dict(headers or {})
     all_headers["Content-Type"] = "application/json"
@@ -751,6 +752,11 @@ def chat_completion(url, body, headers=None, timeout=120.0, clock=time.monotonic
             outcome.update(text=streamed["text"], tokens=streamed["tokens"], ttft_s=streamed["ttft_s"],
                            finish_reason=streamed["finish_reason"], done=streamed["done"],
                            error=state["error"] or streamed["error"])  # a cut stream: the cause first
+            if not outcome["error"] and not outcome["done"] and not watchdog.expired():
+                # vLLM ends every stream with [DONE]; a stream closed before it was cut (a server that
+                # stopped or died mid-answer), even when each chunk it sent was whole.
+                outcome["error"] = ("the stream ended without data: [DONE] after %d chunk(s) (the server closed "
+                                    "it before the answer was complete)" % streamed["chunks"])
         else:
             answer, error = read_body(response, MAX_BODY_BYTES, watchdog)
             if error:

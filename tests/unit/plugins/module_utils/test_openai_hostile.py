@@ -327,6 +327,17 @@ def test_stream_cut_in_the_middle_is_an_error(serve):
     assert result["error"].startswith("reading the answer failed: IncompleteRead") and result["text"] == "a"
 
 
+def test_stream_closed_cleanly_without_done_is_an_error(serve):
+    """Whole chunks and a proper end of the chunked body, but no [DONE]: the server stopped mid-answer."""
+    def scenario(_request, sock, _stop):
+        sock.sendall(head(extra="transfer-encoding: chunked\r\n") + sse(piece("a")) + sse(piece("b")) + b"0\r\n\r\n")
+        return False
+
+    result = O.chat_completion(serve(scenario) + "/v", CHAT, timeout=5)
+    assert result["done"] is False and result["timed_out"] is False and result["text"] == "ab"
+    assert result["error"].startswith("the stream ended without data: [DONE] after 2 chunk(s)")
+
+
 def test_non_utf8_bytes(serve):
     def scenario(request, sock, _stop):
         if json.loads(request["body"]).get("stream"):
