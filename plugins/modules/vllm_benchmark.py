@@ -399,9 +399,7 @@ def stream_request(url, body, headers, timeout, clock=time.monotonic):
 
             stream = stream_events(timed())
             outcome["finish_reason"] = stream["finish_reason"]
-            outcome["error"] = state["error"] or stream["error"]
-            if not outcome["error"] and not stream["done"]:
-                outcome["error"] = "the stream ended without data: [DONE]"
+            outcome["error"] = state["error"] or stream["error"]  # an end before [DONE] included
         if watchdog.expired() and not stream["done"]:
             outcome["timed_out"] = True
             outcome["error"] = "%s (%d token event(s) so far)" % (timeout_message(url, timeout), len(stream["events"]))

@@ -648,7 +648,8 @@ def stream_chunks(timed_data, state):
     chunk or the end; a ValueError from ``timed_data`` (a line over MAX_LINE_BYTES) ends it.
 
     ``state`` (a dict) holds, once the stream is read: ``done`` (``[DONE]`` came), ``error`` (a
-    chunk that is not JSON or carries an error, or the ValueError; None otherwise), ``chunks``
+    chunk that is not JSON or carries an error, the ValueError, or the end of the data before
+    ``[DONE]``; None otherwise), ``chunks``
     (the chunks read, the marker and errors not counted), ``finish_reason`` (the last non-empty
     one) and ``usage_tokens`` (the server's ``completion_tokens``, or None). The one reader of the
     stream for the smoke test (read_chat_stream) and the benchmark (_bench.stream_events).
@@ -671,6 +672,11 @@ def stream_chunks(timed_data, state):
             yield when, chunk
     except ValueError as exc:  # a line over MAX_LINE_BYTES
         state["error"] = "stream: %s" % short(exc, 200)
+    else:
+        # vLLM ends every stream with [DONE]: one that ends before it was cut (a server that stopped or
+        # died mid-answer), even when each chunk it sent was whole.
+        state["error"] = ("the stream ended without data: [DONE] after %d chunk(s) (the server closed it before "
+                          "the answer was complete)" % state["chunks"])
 
 
 def read_chat_stream(lines, started, clock=time.monotonic):
@@ -752,11 +758,6 @@ def chat_completion(url, body, headers=None, timeout=120.0, clock=time.monotonic
             outcome.update(text=streamed["text"], tokens=streamed["tokens"], ttft_s=streamed["ttft_s"],
                            finish_reason=streamed["finish_reason"], done=streamed["done"],
                            error=state["error"] or streamed["error"])  # a cut stream: the cause first
-            if not outcome["error"] and not outcome["done"] and not watchdog.expired():
-                # vLLM ends every stream with [DONE]; a stream closed before it was cut (a server that
-                # stopped or died mid-answer), even when each chunk it sent was whole.
-                outcome["error"] = ("the stream ended without data: [DONE] after %d chunk(s) (the server closed "
-                                    "it before the answer was complete)" % streamed["chunks"])
         else:
             answer, error = read_body(response, MAX_BODY_BYTES, watchdog)
             if error:

@@ -123,8 +123,8 @@ def chunk_text(chunk):
 def stream_events(timed_data):
     """Read a stream's SSE data, each with the time it arrived: ``timed_data`` yields ``(time,
     data)`` (the text after ``data:`` of one event). Reads until ``[DONE]``, an error chunk or the
-    end; a ValueError from the iterator (a line too long) ends it with ``error`` set (the reading
-    is _openai.stream_chunks').
+    end; a ValueError from the iterator (a line too long), or the end before ``[DONE]``, sets
+    ``error`` (the reading is _openai.stream_chunks').
 
     Returns ``{events: [(time, text)], usage_tokens, done, finish_reason, error, chunks}``;
     ``events`` holds the chunks that carry a text field (see chunk_text), in order.
