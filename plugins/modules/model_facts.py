@@ -380,11 +380,9 @@ def main():
         module.fail_json(msg=_bad_minimum(minimum))
     try:
         model = read_model_dir(path)
-    except ModelDirMissing as exc:
-        if module.params["missing"] == "report":
-            module.exit_json(changed=False, present=False, model={})
-        module.fail_json(msg="model_facts: %s" % exc, file=exc.path, problem=exc.problem)
     except ModelFileError as exc:
+        if isinstance(exc, ModelDirMissing) and module.params["missing"] == "report":
+            module.exit_json(changed=False, present=False, model={})
         module.fail_json(msg="model_facts: %s" % exc, file=exc.path, problem=exc.problem)
     except Exception as exc:  # pylint: disable=broad-except
         module.fail_json(msg="model_facts: unexpected error reading %s: %s: %s" % (path, type(exc).__name__, exc))
